@@ -1,0 +1,124 @@
+# pmckpt -- checkpointing on persistent memory.  Plain GNU make.
+#
+#   make                  libraries and tools into build/
+#   make check            build and run every test under prove (TAP)
+#   make check SANITIZE=1 the same under ASan+UBSan (build/asan)
+#   make check TSAN=1     the same under ThreadSanitizer (build/tsan)
+#   make demo             the synthetic training loop with crash and recovery
+#   make bench            throughput ratios against baselines measured in the same run
+#   make soak TRIALS=N    N kill-and-recover trials
+#   make install PREFIX=/usr/local DESTDIR=
+
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+BINDIR  ?= $(PREFIX)/bin
+PCDIR   ?= $(LIBDIR)/pkgconfig
+VERSION := 0.1.0
+SOVER   := 0
+
+CC      ?= cc
+PKG_CONFIG ?= pkg-config
+DEPS    := libpmem2 libxxhash numa
+
+ifeq ($(SANITIZE),1)
+BUILD   ?= build/asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(TSAN),1)
+BUILD   ?= build/tsan
+SANFLAGS := -fsanitize=thread
+else
+BUILD   ?= build
+endif
+
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEPS) 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEPS) 2>/dev/null)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
+           -Iinclude $(DEP_CFLAGS) $(SANFLAGS)
+LDFLAGS += -pthread $(SANFLAGS)
+LDLIBS  += $(DEP_LIBS)
+
+PMALLOC_SRC := $(wildcard pmalloc/*.c)
+RUNTIME_SRC := $(wildcard runtime/*.c)
+TOOL_SRC    := $(wildcard tools/*.c)
+TEST_SRC    := $(wildcard tests/*.c)
+
+PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
+RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
+TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
+LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
+PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
+
+TRIALS ?= 10000
+
+all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS)
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h tests/*.h) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/libpmalloc.a: $(PMALLOC_OBJ)
+	$(AR) rcs $@ $^
+$(BUILD)/libpmckpt.a: $(RUNTIME_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/libpmalloc.so.$(SOVER): $(PMALLOC_OBJ) pmalloc/pmalloc.sym
+	$(CC) -shared -Wl,-soname,libpmalloc.so.$(SOVER) -Wl,--version-script=pmalloc/pmalloc.sym \
+		$(LDFLAGS) -o $@ $(PMALLOC_OBJ) $(LDLIBS)
+	ln -sf libpmalloc.so.$(SOVER) $(BUILD)/libpmalloc.so
+$(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpmalloc.so.$(SOVER)
+	$(CC) -shared -Wl,-soname,libpmckpt.so.$(SOVER) -Wl,--version-script=runtime/pmckpt.sym \
+		$(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc $(LDLIBS)
+	ln -sf libpmckpt.so.$(SOVER) $(BUILD)/libpmckpt.so
+
+# Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
+$(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
+
+$(BUILD)/pmalloc.pc: pmalloc/pmalloc.pc.in
+$(BUILD)/pmckpt.pc: runtime/pmckpt.pc.in
+$(PCS):
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+# Installs the Debian packages when a dependency is missing (see tools/install-deps).
+deps:
+	@$(PKG_CONFIG) --exists $(DEPS) || tools/install-deps
+.PHONY: deps
+
+tests: $(TESTS) $(TOOLS)
+
+check: all tests
+	BUILD=$(BUILD) prove --exec '' $(TESTS) $(wildcard tests/*.sh)
+
+soak: all tests
+	BUILD=$(BUILD) $(BUILD)/tests/crash_kill --trials $(TRIALS) --soak
+
+demo: all
+	$(BUILD)/pmck-demo
+
+bench: all
+	$(BUILD)/pmck-bench
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
+	install -m 644 include/pmalloc.h include/pmckpt.h $(DESTDIR)$(INCDIR)
+	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
+	install -m 755 $(LIBS_SO) $(DESTDIR)$(LIBDIR)
+	ln -sf libpmalloc.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmalloc.so
+	ln -sf libpmckpt.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmckpt.so
+	install -m 644 $(PCS) $(DESTDIR)$(PCDIR)
+	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
+
+clean:
+	rm -rf build
+
+.PHONY: all tests check soak demo bench install clean
+.SECONDARY:

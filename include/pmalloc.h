@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pmalloc.h -- persistent memory regions and a crash-consistent pool of
+ * named allocations.
+ *
+ * A *region* is a mapping of a devdax device (/dev/daxX.Y), a file on an
+ * fsdax file system, or a plain file (tmpfs, ramdisk, disk: emulation),
+ * made with PMDK's libpmem2.  The region reports what its mapping
+ * guarantees (store granularity) and hands out libpmem2's persistence
+ * functions.
+ *
+ * A *pool* lives on a region: a header (magic, version, uuid, size,
+ * checksum), a table of named allocations and a heap.  Every change to the
+ * table is published by one aligned 8-byte store, so a crash leaves each
+ * allocation either fully present or absent.
+ *
+ * Errors: every function that can fail returns 0 or a negative code, either
+ * a negated errno value or one of the PMA_E_* codes below, and leaves a
+ * description of the failure in a thread-local buffer read by
+ * pma_errormsg().  The library never prints and never exits.
+ *
+ * Thread safety: a region is immutable after opening and may be used from
+ * any thread.  Pool calls are serialised by a lock inside the pool.
+ */
+#ifndef PMALLOC_H
+#define PMALLOC_H 1
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes beyond errno (all negative). */
+#define PMA_E_NOT_POOL   (-100001) /* no pool magic: not a pool, or zeroed */
+#define PMA_E_VERSION    (-100002) /* pool written by an unsupported version */
+#define PMA_E_CORRUPT    (-100003) /* checksum or consistency check failed */
+#define PMA_E_TRUNCATED  (-100004) /* region smaller than the pool it holds */
+
+/*
+ * pma_errormsg -- describes the last failure of a pma_ or pmck_ call made
+ * by this thread.  The string is owned by the library and valid until the
+ * next failing call on the same thread.
+ */
+const char *pma_errormsg(void);
+
+/* ---------------------------------------------------------------- regions */
+
+struct pma_region;
+
+/* What a CPU store needs before it is durable on this mapping. */
+enum pma_granularity {
+	PMA_GRANULARITY_BYTE = 0,       /* eADR: visible = durable */
+	PMA_GRANULARITY_CACHE_LINE = 1, /* ADR: flush cache lines, then fence */
+	PMA_GRANULARITY_PAGE = 2,       /* no PM: msync/fsync the pages */
+};
+
+/* What backs the region. */
+enum pma_region_kind {
+	PMA_REGION_DEVDAX = 0, /* a character device /dev/daxX.Y */
+	PMA_REGION_FILE = 1,   /* a regular file (fsdax, tmpfs, disk) */
+};
+
+/* Flags of pma_region_open(). */
+#define PMA_REGION_CREATE      (1u << 0) /* create the file if missing */
+#define PMA_REGION_NO_PREFAULT (1u << 1) /* skip populating page tables */
+
+/*
+ * pma_region_open -- maps path read-write with libpmem2.
+ *
+ * With PMA_REGION_CREATE and no file at path, a regular file of `size`
+ * bytes is created (0600).  An existing file or device is mapped whole;
+ * `size` is then only a lower bound (0: any size).  Unless
+ * PMA_REGION_NO_PREFAULT is given, the page tables of the whole mapping are
+ * populated for writing before this returns (madvise MADV_POPULATE_WRITE),
+ * so the first checkpoint does not pay page faults; contents are unchanged.
+ *
+ * On success *out owns the mapping and the descriptor; release it with
+ * pma_region_close().
+ *
+ * Errors: -EINVAL (bad arguments), -ENOENT (no file and no CREATE),
+ * -ENOSPC (existing region smaller than size), other -errno from open,
+ * ftruncate or fallocate, -ENOTSUP when libpmem2 cannot map it.
+ */
+int pma_region_open(const char *path, size_t size, unsigned flags,
+		struct pma_region **out);
+
+/* pma_region_close -- unmaps and frees *r and sets it to NULL (NULL: no-op). */
+void pma_region_close(struct pma_region **r);
+
+void *pma_region_addr(const struct pma_region *r);
+size_t pma_region_size(const struct pma_region *r);
+const char *pma_region_path(const struct pma_region *r);
+enum pma_granularity pma_region_granularity(const struct pma_region *r);
+enum pma_region_kind pma_region_kind(const struct pma_region *r);
+/* "byte", "cache-line" or "page". */
+const char *pma_granularity_name(enum pma_granularity g);
+
+/*
+ * pma_region_numa_node -- the NUMA node of the region's memory: the node
+ * of the NVDIMM region for devdax/fsdax, else the node holding the file's
+ * first page (tmpfs), else 0.  Never fails.
+ */
+int pma_region_numa_node(const struct pma_region *r);
+
+/*
+ * Persistence, all through libpmem2's functions for this mapping.
+ *
+ * pma_region_persist -- makes [addr, addr+len) durable (flush + drain).
+ * pma_region_flush   -- starts writing [addr, addr+len) back; needs a drain.
+ * pma_region_drain   -- waits for earlier flushes and non-temporal copies.
+ * pma_region_memcpy  -- copies len bytes to dst in the region; flags are
+ *   libpmem2's PMEM2_F_MEM_* (NONTEMPORAL, NODRAIN, ...).  Without NODRAIN
+ *   the bytes are durable when it returns.
+ * pma_region_memset  -- the same, storing c.
+ * The addresses must lie inside the region.
+ */
+void pma_region_persist(const struct pma_region *r, const void *addr, size_t len);
+void pma_region_flush(const struct pma_region *r, const void *addr, size_t len);
+void pma_region_drain(const struct pma_region *r);
+void pma_region_memcpy(const struct pma_region *r, void *dst, const void *src,
+		size_t len, unsigned flags);
+/* pma_region_memset -- like pma_region_memcpy, filling len bytes with c. */
+void pma_region_memset(const struct pma_region *r, void *dst, int c, size_t len,
+		unsigned flags);
+
+/* ------------------------------------------------------------------ pools */
+
+struct pma_pool;
+
+#define PMA_NAME_MAX 96         /* bytes of an allocation name, NUL included */
+#define PMA_MIN_ALIGN 128       /* every allocation starts on this boundary */
+#define PMA_LARGE_SIZE (2u << 20) /* allocations this big get ... */
+#define PMA_LARGE_ALIGN (2u << 20) /* ... at least this alignment */
+
+/* Flags of pma_alloc(). */
+#define PMA_ALLOC_ZERO (1u << 0) /* zero the bytes (persisted) before publishing */
+
+/*
+ * pma_pool_create -- formats a new pool over the whole region, destroying
+ * what was there.  `max_allocs` bounds the number of live allocations
+ * (0: 1024).  The header's magic is written and persisted last, so a crash
+ * during creation leaves no pool rather than a broken one.
+ * *out refers to r, which must outlive it.
+ * Errors: -EINVAL, -ENOSPC (region too small), -ENOMEM.
+ */
+int pma_pool_create(struct pma_region *r, unsigned max_allocs,
+		struct pma_pool **out);
+
+/*
+ * pma_pool_open -- opens the pool on r after checking the header (magic,
+ * version, size, checksum) and every allocation-table entry.
+ * Errors: PMA_E_NOT_POOL, PMA_E_VERSION, PMA_E_TRUNCATED, PMA_E_CORRUPT,
+ * -ENOMEM.  Nothing on the region is changed by a failed open.
+ */
+int pma_pool_open(struct pma_region *r, struct pma_pool **out);
+
+/* pma_pool_close -- frees *p (not the region) and sets it to NULL. */
+void pma_pool_close(struct pma_pool **p);
+
+struct pma_region *pma_pool_region(const struct pma_pool *p);
+/* The pool's 16-byte uuid, made at creation. */
+const uint8_t *pma_pool_uuid(const struct pma_pool *p);
+/* Bytes of heap not used by any allocation (fragmentation not counted). */
+size_t pma_pool_free_bytes(const struct pma_pool *p);
+
+/*
+ * pma_alloc -- reserves `size` bytes under `name` (unique in the pool) and
+ * returns their address in *addr.  The alignment is the largest of `align`
+ * (0 or a power of two), PMA_MIN_ALIGN and, for size >= PMA_LARGE_SIZE,
+ * PMA_LARGE_ALIGN.  Contents are undefined unless PMA_ALLOC_ZERO.
+ * The allocation is durable when this returns; a crash before that leaves
+ * no trace of it.
+ * Errors: -EINVAL (empty or too long name, bad align, size 0), -EEXIST,
+ * -ENOSPC (no gap large enough or table full).
+ */
+int pma_alloc(struct pma_pool *p, const char *name, size_t size,
+		size_t align, unsigned flags, void **addr);
+
+/*
+ * pma_lookup -- finds the allocation `name`; *addr and *size (either may be
+ * NULL) receive its address and size.  Errors: -ENOENT.
+ */
+int pma_lookup(struct pma_pool *p, const char *name, void **addr, size_t *size);
+
+/* pma_free -- releases `name` durably.  Errors: -ENOENT. */
+int pma_free(struct pma_pool *p, const char *name);
+
+/* One live allocation, as listed by pma_pool_foreach(). */
+struct pma_alloc_info {
+	const char *name;
+	uint64_t offset; /* from the start of the region */
+	uint64_t size;
+	uint64_t align;
+};
+
+/*
+ * pma_pool_foreach -- calls cb for every allocation in offset order; stops
+ * and returns cb's value when it is non-zero.  cb must not call pma_alloc
+ * or pma_free on this pool.
+ */
+int pma_pool_foreach(struct pma_pool *p,
+		int (*cb)(const struct pma_alloc_info *info, void *arg), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PMALLOC_H */

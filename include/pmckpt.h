@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pmckpt.h -- two-slot checkpoint stores on persistent memory.
+ *
+ * A store lives in a pmalloc pool under a name.  Its layout (the tensors,
+ * their dtypes, shapes and layers) is declared once at creation, like a
+ * cached save plan.  On media a store is three allocations:
+ *
+ *   NAME.meta   header, tensor map (name, dtype, shape, layer, offset,
+ *               size), and per slot: a seal word, the step and one
+ *               checksum per tensor;
+ *   NAME.data0  slot 0's tensor data, tensors contiguous in layer order;
+ *   NAME.data1  slot 1's tensor data, same placement.
+ *
+ * Every tensor of 128 bytes or more starts on a 128-byte boundary; smaller
+ * ones are packed after each other at their element alignment.
+ *
+ * A checkpoint is written into the slot that does not hold the newest
+ * complete checkpoint (pmck_store_begin), tensor by tensor
+ * (pmck_ckpt_write: a non-temporal copy fused with its XXH3 checksum) and
+ * published by pmck_ckpt_commit with one atomic 8-byte store, so that a
+ * crash at any moment leaves the previous complete checkpoint intact.
+ * pmck_store_recover returns the newest checkpoint whose checksums verify.
+ *
+ * Errors: negative errno values or PMCK_E_* codes; pma_errormsg() /
+ * pmck_errormsg() describe the last failure of the calling thread.
+ *
+ * Thread safety: one checkpoint may be in flight per store.  Writes of
+ * different tensors (or of disjoint chunk-aligned ranges of one tensor) of
+ * the in-flight checkpoint may run concurrently; begin, commit, abort,
+ * recover and close must not run concurrently with anything else on the
+ * same store.
+ */
+#ifndef PMCKPT_H
+#define PMCKPT_H 1
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pmalloc.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PMCK_E_NO_CHECKPOINT (-100101) /* no slot holds a complete checkpoint */
+#define PMCK_E_LAYOUT        (-100102) /* store exists with another layout */
+#define PMCK_E_CORRUPT       (-100103) /* store metadata fails its checks */
+#define PMCK_E_VERSION       (-100104) /* store of an unsupported version */
+
+/* pmck_errormsg -- same buffer as pma_errormsg(): the calling thread's last failure. */
+const char *pmck_errormsg(void);
+
+/* Element types; names as in safetensors ("F32", "BF16", ...). */
+enum pmck_dtype {
+	PMCK_DTYPE_BYTES = 0, /* opaque bytes ("U8" in safetensors) */
+	PMCK_DTYPE_BOOL,
+	PMCK_DTYPE_U8,
+	PMCK_DTYPE_I8,
+	PMCK_DTYPE_I16,
+	PMCK_DTYPE_U16,
+	PMCK_DTYPE_F16,
+	PMCK_DTYPE_BF16,
+	PMCK_DTYPE_I32,
+	PMCK_DTYPE_U32,
+	PMCK_DTYPE_F32,
+	PMCK_DTYPE_I64,
+	PMCK_DTYPE_U64,
+	PMCK_DTYPE_F64,
+	PMCK_DTYPE_F8_E4M3,
+	PMCK_DTYPE_F8_E5M2,
+	PMCK_DTYPE_COUNT
+};
+
+/* Bytes per element (0 for an out-of-range dtype). */
+size_t pmck_dtype_size(enum pmck_dtype d);
+/* "F32", "BF16", ...; NULL for an out-of-range dtype. */
+const char *pmck_dtype_name(enum pmck_dtype d);
+
+#define PMCK_NAME_MAX 128 /* bytes of a tensor name, NUL included */
+#define PMCK_MAX_DIMS 8
+#define PMCK_ALIGN 128    /* placement boundary of tensors >= 128 bytes */
+#define PMCK_HASH_CHUNK ((size_t)1 << 20) /* see pmck_ckpt_write_range */
+
+/* One tensor of a layout, as declared by the caller. */
+struct pmck_tensor_desc {
+	const char *name;      /* unique in the layout, < PMCK_NAME_MAX bytes */
+	enum pmck_dtype dtype;
+	uint32_t ndim;         /* 0 (scalar) .. PMCK_MAX_DIMS */
+	uint64_t shape[PMCK_MAX_DIMS];
+	uint32_t layer;        /* tensors are placed by layer, then declaration order */
+};
+
+/* One tensor as placed in a store (read back with pmck_store_tensor). */
+struct pmck_tensor_info {
+	const char *name;
+	enum pmck_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[PMCK_MAX_DIMS];
+	uint32_t layer;
+	uint64_t offset; /* from the start of a slot's data region */
+	uint64_t nbytes;
+};
+
+struct pmck_store;
+struct pmck_ckpt;
+
+/*
+ * pmck_store_create -- creates the store `name` in pool p with the layout
+ * descs[0..n-1], placing the tensors (see the top of this file).  Both
+ * slots start empty.  The tensor map is durable before the store becomes
+ * visible under its name.
+ * Errors: -EINVAL (empty layout, bad name, dtype, shape or duplicate tensor
+ * name), -EEXIST (a store of that name exists), -ENOSPC, -ENOMEM.
+ */
+int pmck_store_create(struct pma_pool *p, const char *name,
+		const struct pmck_tensor_desc *descs, size_t n,
+		struct pmck_store **out);
+
+/*
+ * pmck_store_open -- opens the existing store `name`, checking its header
+ * and tensor map.  Errors: -ENOENT, PMCK_E_CORRUPT, PMCK_E_VERSION, -ENOMEM.
+ */
+int pmck_store_open(struct pma_pool *p, const char *name, struct pmck_store **out);
+
+/*
+ * pmck_store_open_or_create -- opens `name` if it exists and its layout
+ * equals descs (else PMCK_E_LAYOUT, and the store is left untouched), or
+ * creates it.  Errors: those of open and create.
+ */
+int pmck_store_open_or_create(struct pma_pool *p, const char *name,
+		const struct pmck_tensor_desc *descs, size_t n,
+		struct pmck_store **out);
+
+/* pmck_store_close -- frees *s (aborting an in-flight checkpoint) and sets it to NULL. */
+void pmck_store_close(struct pmck_store **s);
+
+/*
+ * pmck_store_destroy -- frees the store's allocations in the pool.  The
+ * meta allocation goes first, so a crash leaves no half store visible.
+ * Errors: -ENOENT.
+ */
+int pmck_store_destroy(struct pma_pool *p, const char *name);
+
+size_t pmck_store_ntensors(const struct pmck_store *s);
+/* Bytes of one slot's data region (tensor bytes plus alignment padding). */
+uint64_t pmck_store_data_size(const struct pmck_store *s);
+/* Sum of the tensors' bytes. */
+uint64_t pmck_store_tensor_bytes(const struct pmck_store *s);
+/* 64-bit hash of the layout; equal layouts have equal hashes. */
+uint64_t pmck_store_layout_hash(const struct pmck_store *s);
+struct pma_region *pmck_store_region(const struct pmck_store *s);
+
+/* pmck_store_tensor -- fills *info for tensor idx.  Errors: -ERANGE. */
+int pmck_store_tensor(const struct pmck_store *s, size_t idx,
+		struct pmck_tensor_info *info);
+/* pmck_store_find -- index of the tensor called name, or -ENOENT. */
+int64_t pmck_store_find(const struct pmck_store *s, const char *name);
+
+/* ------------------------------------------------------------ writing */
+
+/*
+ * pmck_store_begin -- starts checkpoint `step` in the slot that does not
+ * hold the newest complete checkpoint, and first invalidates that slot
+ * durably (its seal is cleared) so that a crash while it is being
+ * overwritten can never make it look complete.  step must be larger than
+ * the newest committed step and below UINT64_MAX.
+ * *out belongs to the store; it ends with commit or abort.
+ * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step).
+ */
+int pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out);
+
+/*
+ * pmck_ckpt_write -- copies all bytes of tensor idx from src (nbytes as
+ * placed) into the slot with non-temporal stores, computing its checksum
+ * on the way.  Durable at commit.  Errors: -ERANGE.
+ */
+int pmck_ckpt_write(struct pmck_ckpt *c, size_t idx, const void *src);
+
+/*
+ * pmck_ckpt_write_range -- like pmck_ckpt_write for bytes
+ * [off, off+len) of tensor idx.  off must be a multiple of PMCK_HASH_CHUNK,
+ * and len too unless the range ends the tensor: the checksum of a tensor is
+ * built from one XXH3-64 per chunk (see docs/design.md), which lets several
+ * threads write one tensor.  Ranges must not overlap; a tensor is complete
+ * when all its bytes were written.  Errors: -ERANGE, -EINVAL (alignment).
+ */
+int pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off,
+		const void *src, uint64_t len);
+
+/*
+ * pmck_ckpt_write_all -- writes every tensor, srcs[i] for tensor i, with
+ * `threads` threads (0: the number of online CPUs, at most 8) splitting
+ * large tensors by chunks.  Errors: those of pmck_ckpt_write_range, -EAGAIN
+ * (threads could not be started).
+ */
+int pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs,
+		unsigned threads);
+
+/*
+ * pmck_ckpt_tensor_ptr -- the address of tensor idx in the slot being
+ * written, for writers that store directly (a GPU through a mapped
+ * pointer).  After the bytes are in place, pmck_ckpt_mark_written makes
+ * them durable and computes the checksum by reading them back.
+ * Errors: NULL / -ERANGE.
+ */
+void *pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx);
+int pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx);
+
+/* The step and slot of the checkpoint being written. */
+uint64_t pmck_ckpt_step(const struct pmck_ckpt *c);
+unsigned pmck_ckpt_slot(const struct pmck_ckpt *c);
+
+/*
+ * pmck_ckpt_commit -- publishes the checkpoint: (1) drains the tensor data
+ * to durability, (2) writes and persists the step and the checksums,
+ * (3) stores the slot's seal word (one aligned 8-byte store) and persists
+ * it.  When it returns 0 the checkpoint survives any crash.  On error the
+ * checkpoint stays in flight (abort it).
+ * Errors: -EINVAL (a tensor was not fully written; the message names it).
+ */
+int pmck_ckpt_commit(struct pmck_ckpt *c);
+
+/* pmck_ckpt_abort -- drops the in-flight checkpoint; the other slot is untouched. */
+void pmck_ckpt_abort(struct pmck_ckpt *c);
+
+/* ------------------------------------------------------------ reading */
+
+/* What recovery found; filled by pmck_store_recover. */
+struct pmck_recovery {
+	uint64_t step;          /* step of the recovered checkpoint */
+	unsigned slot;          /* its slot (0 or 1) */
+	int rejected;           /* 1 if a newer sealed slot failed verification */
+	unsigned rejected_slot;
+	uint64_t rejected_step;
+	char rejected_tensor[PMCK_NAME_MAX]; /* first tensor whose checksum failed */
+};
+
+/*
+ * pmck_store_recover -- finds the newest sealed slot whose tensors all
+ * match their checksums and makes it the store's readable checkpoint.  A
+ * newer slot that fails verification is reported in *info (may be NULL)
+ * and will be overwritten by the next begin.
+ * Errors: PMCK_E_NO_CHECKPOINT (nothing sealed, or nothing verifies),
+ * -EBUSY (a checkpoint is in flight).
+ */
+int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
+
+/*
+ * pmck_store_tensor_data -- read-only address of tensor idx in the
+ * recovered checkpoint; NULL before a successful recover or for a bad idx.
+ * Valid until the second begin after recover (the first writes the other slot).
+ */
+const void *pmck_store_tensor_data(const struct pmck_store *s, size_t idx);
+
+/* pmck_store_read -- copies tensor idx of the recovered checkpoint to dst. Errors: -ERANGE, PMCK_E_NO_CHECKPOINT. */
+int pmck_store_read(const struct pmck_store *s, size_t idx, void *dst);
+
+/*
+ * pmck_tensor_checksum -- the checksum pmckpt stores for len bytes:
+ * XXH3-64 over the little-endian XXH3-64 values of each PMCK_HASH_CHUNK
+ * chunk (the last one may be short).
+ */
+uint64_t pmck_tensor_checksum(const void *data, uint64_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PMCKPT_H */

@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pool.c -- a crash-consistent pool of named allocations on a region.
+ *
+ * Media layout (all little-endian, offsets from the start of the region):
+ *
+ *   0        struct pool_hdr (one 4 KiB page)
+ *   4096     allocation table: table_entries x struct table_entry (128 B)
+ *   heap_off heap, up to pool_size (heap_off is 2 MiB aligned)
+ *
+ * The table is the whole allocator state: an entry is live when its state
+ * word holds ENTRY_LIVE and the check of its fields.  Allocation writes the
+ * entry's fields, persists them, then publishes the entry with one aligned
+ * 8-byte store of the state word; free clears that word.  Both are atomic
+ * on every persistence domain PMDK supports, so a crash can never leave a
+ * half-made allocation or a leak-by-corruption; at worst an unpublished
+ * entry holds stale fields, which nobody reads.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "pmalloc.h"
+#include "errmsg.h"
+
+#define POOL_MAGIC "PMAPOOL"   /* 8 bytes with the NUL */
+#define POOL_VERSION 1u
+#define POOL_HDR_AREA 4096u
+#define ENTRY_LIVE 0x4556494cu /* "LIVE" */
+#define DEFAULT_MAX_ALLOCS 1024u
+#define MAX_ALLOCS_LIMIT (1u << 20)
+
+struct pool_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t hdr_size;
+	uint8_t uuid[16];
+	uint64_t pool_size;
+	uint64_t table_off;
+	uint64_t table_entries;
+	uint64_t heap_off;
+	uint64_t create_time_ns;
+	uint64_t checksum; /* XXH3-64 of every byte before this field */
+};
+
+struct table_entry {
+	uint64_t state; /* 0 free; ENTRY_LIVE | check << 32 live */
+	uint64_t offset;
+	uint64_t size;
+	uint64_t align;
+	char name[PMA_NAME_MAX];
+};
+
+_Static_assert(sizeof(struct table_entry) == 128, "table entry is 128 bytes");
+_Static_assert(sizeof(struct pool_hdr) <= POOL_HDR_AREA, "header fits its page");
+
+struct pma_pool {
+	struct pma_region *region;
+	char *base;
+	struct pool_hdr *hdr;
+	struct table_entry *table;
+	pthread_mutex_t lock; /* serialises table changes and scans */
+};
+
+static uint64_t
+hdr_checksum(const struct pool_hdr *h)
+{
+	return XXH3_64bits(h, offsetof(struct pool_hdr, checksum));
+}
+
+static uint64_t
+entry_state(const struct table_entry *e)
+{
+	uint64_t check = XXH3_64bits(&e->offset,
+			sizeof(*e) - offsetof(struct table_entry, offset));
+	return ENTRY_LIVE | (check << 32);
+}
+
+static int
+is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+static uint64_t
+align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) & ~(a - 1);
+}
+
+static int
+pool_new(struct pma_region *r, struct pma_pool **out)
+{
+	struct pma_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return pma__err(-ENOMEM, "out of memory");
+	pthread_mutex_init(&p->lock, NULL);
+	p->region = r;
+	p->base = pma_region_addr(r);
+	p->hdr = (struct pool_hdr *)p->base;
+	*out = p;
+	return 0;
+}
+
+int
+pma_pool_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out)
+{
+	if (!r || !out)
+		return pma__err(-EINVAL, "pma_pool_create: region and out are required");
+	*out = NULL;
+	if (max_allocs == 0)
+		max_allocs = DEFAULT_MAX_ALLOCS;
+	if (max_allocs > MAX_ALLOCS_LIMIT)
+		return pma__err(-EINVAL, "max_allocs %u exceeds %u", max_allocs, MAX_ALLOCS_LIMIT);
+
+	uint64_t table_off = POOL_HDR_AREA;
+	uint64_t heap_off = align_up(table_off + (uint64_t)max_allocs * sizeof(struct table_entry),
+			PMA_LARGE_ALIGN);
+	size_t size = pma_region_size(r);
+	if (size < heap_off + PMA_MIN_ALIGN)
+		return pma__err(-ENOSPC, "region of %zu bytes is too small for a pool "
+				"(%llu bytes of metadata)", size, (unsigned long long)heap_off);
+
+	struct pma_pool *p;
+	int ret = pool_new(r, &p);
+	if (ret)
+		return ret;
+
+	/*
+	 * Persist point 1: the magic is cleared first, so that a crash from
+	 * here on leaves "not a pool" rather than an old header over a new table.
+	 */
+	memset(p->hdr->magic, 0, sizeof(p->hdr->magic));
+	pma_region_persist(r, p->hdr->magic, sizeof(p->hdr->magic));
+
+	/* Persist point 2: an empty table (all state words zero) and the header fields. */
+	p->table = (struct table_entry *)(p->base + table_off);
+	pma_region_memset(r, p->table, 0, heap_off - table_off, 0);
+
+	struct pool_hdr h = {0};
+	h.version = POOL_VERSION;
+	h.hdr_size = sizeof(h);
+	if (getrandom(h.uuid, sizeof(h.uuid), 0) != sizeof(h.uuid)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		memcpy(h.uuid, &ts, sizeof(ts) < sizeof(h.uuid) ? sizeof(ts) : sizeof(h.uuid));
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	h.create_time_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+	h.pool_size = size;
+	h.table_off = table_off;
+	h.table_entries = max_allocs;
+	h.heap_off = heap_off;
+	memcpy(h.magic, POOL_MAGIC, sizeof(h.magic));
+	h.checksum = hdr_checksum(&h); /* covers the magic as it will be */
+	memset(h.magic, 0, sizeof(h.magic));
+	pma_region_memcpy(r, p->hdr, &h, sizeof(h), 0);
+
+	/* Persist point 3: the magic, last; only now is the pool visible. */
+	memcpy(p->hdr->magic, POOL_MAGIC, sizeof(p->hdr->magic));
+	pma_region_persist(r, p->hdr->magic, sizeof(p->hdr->magic));
+	*out = p;
+	return 0;
+}
+
+/* Validates one live entry against the header; 0 or PMA_E_CORRUPT. */
+static int
+check_entry(const struct pma_pool *p, uint64_t i)
+{
+	const struct table_entry *e = &p->table[i];
+	const struct pool_hdr *h = p->hdr;
+
+	if (e->state != entry_state(e))
+		return pma__err(PMA_E_CORRUPT, "allocation table entry %llu: state word "
+				"%#llx does not match its fields", (unsigned long long)i,
+				(unsigned long long)e->state);
+	if (!memchr(e->name, 0, sizeof(e->name)) || !e->name[0] || !is_pow2(e->align) ||
+	    e->offset % e->align || e->offset < h->heap_off || e->size == 0 ||
+	    e->size > h->pool_size || e->offset > h->pool_size - e->size)
+		return pma__err(PMA_E_CORRUPT, "allocation table entry %llu is inconsistent "
+				"(offset %llu size %llu align %llu)", (unsigned long long)i,
+				(unsigned long long)e->offset, (unsigned long long)e->size,
+				(unsigned long long)e->align);
+	return 0;
+}
+
+static int
+cmp_entry_offset(const void *a, const void *b)
+{
+	const struct table_entry *x = *(const struct table_entry *const *)a;
+	const struct table_entry *y = *(const struct table_entry *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Collects the live entries sorted by offset; caller frees *out. */
+static int
+live_entries(const struct pma_pool *p, struct table_entry ***out, size_t *count)
+{
+	uint64_t n = p->hdr->table_entries;
+	struct table_entry **v = malloc((size_t)n * sizeof(*v) + 1);
+	size_t k = 0;
+
+	if (!v)
+		return pma__err(-ENOMEM, "out of memory");
+	for (uint64_t i = 0; i < n; i++)
+		if (p->table[i].state)
+			v[k++] = &p->table[i];
+	qsort(v, k, sizeof(*v), cmp_entry_offset);
+	*out = v;
+	*count = k;
+	return 0;
+}
+
+int
+pma_pool_open(struct pma_region *r, struct pma_pool **out)
+{
+	if (!r || !out)
+		return pma__err(-EINVAL, "pma_pool_open: region and out are required");
+	*out = NULL;
+
+	const struct pool_hdr *h = pma_region_addr(r);
+	size_t size = pma_region_size(r);
+	const char *path = pma_region_path(r);
+
+	if (size < POOL_HDR_AREA)
+		return pma__err(PMA_E_TRUNCATED, "%s: %zu bytes cannot hold a pool header", path, size);
+	if (memcmp(h->magic, POOL_MAGIC, sizeof(h->magic)))
+		return pma__err(PMA_E_NOT_POOL, "%s: no pool header (bad magic): not a pmalloc "
+				"pool, or its header was zeroed", path);
+	if (h->version != POOL_VERSION)
+		return pma__err(PMA_E_VERSION, "%s: pool version %u, this library reads version %u",
+				path, h->version, POOL_VERSION);
+	if (h->hdr_size != sizeof(*h) || hdr_checksum(h) != h->checksum)
+		return pma__err(PMA_E_CORRUPT, "%s: pool header checksum mismatch", path);
+	if (h->pool_size > size)
+		return pma__err(PMA_E_TRUNCATED, "%s: pool of %llu bytes but only %zu mapped "
+				"(file truncated?)", path, (unsigned long long)h->pool_size, size);
+	if (h->table_off != POOL_HDR_AREA || h->table_entries == 0 ||
+	    h->table_entries > MAX_ALLOCS_LIMIT ||
+	    h->heap_off < h->table_off + h->table_entries * sizeof(struct table_entry) ||
+	    h->heap_off > h->pool_size)
+		return pma__err(PMA_E_CORRUPT, "%s: pool header fields are inconsistent", path);
+
+	struct pma_pool *p;
+	int ret = pool_new(r, &p);
+	if (ret)
+		return ret;
+	p->table = (struct table_entry *)(p->base + h->table_off);
+
+	for (uint64_t i = 0; i < h->table_entries; i++) {
+		if (p->table[i].state && (ret = check_entry(p, i)))
+			goto fail;
+	}
+	/* Live allocations must not overlap and names must be unique. */
+	struct table_entry **v;
+	size_t k;
+	if ((ret = live_entries(p, &v, &k)))
+		goto fail;
+	for (size_t i = 1; i < k && !ret; i++)
+		if (v[i - 1]->offset + v[i - 1]->size > v[i]->offset)
+			ret = pma__err(PMA_E_CORRUPT, "allocations '%s' and '%s' overlap",
+					v[i - 1]->name, v[i]->name);
+	for (size_t i = 0; i < k && !ret; i++)
+		for (size_t j = i + 1; j < k && !ret; j++)
+			if (!strcmp(v[i]->name, v[j]->name))
+				ret = pma__err(PMA_E_CORRUPT, "allocation name '%s' appears twice",
+						v[i]->name);
+	free(v);
+	if (ret)
+		goto fail;
+	*out = p;
+	return 0;
+fail:
+	pma__err_prefix(ret, "%s", path);
+	pma_pool_close(&p);
+	return ret;
+}
+
+void
+pma_pool_close(struct pma_pool **pp)
+{
+	if (!pp || !*pp)
+		return;
+	pthread_mutex_destroy(&(*pp)->lock);
+	free(*pp);
+	*pp = NULL;
+}
+
+struct pma_region *pma_pool_region(const struct pma_pool *p) { return p->region; }
+const uint8_t *pma_pool_uuid(const struct pma_pool *p) { return p->hdr->uuid; }
+
+static struct table_entry *
+find_locked(struct pma_pool *p, const char *name)
+{
+	for (uint64_t i = 0; i < p->hdr->table_entries; i++)
+		if (p->table[i].state && !strcmp(p->table[i].name, name))
+			return &p->table[i];
+	return NULL;
+}
+
+size_t
+pma_pool_free_bytes(const struct pma_pool *cp)
+{
+	struct pma_pool *p = (struct pma_pool *)cp;
+	uint64_t used = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t i = 0; i < p->hdr->table_entries; i++)
+		if (p->table[i].state)
+			used += p->table[i].size;
+	pthread_mutex_unlock(&p->lock);
+	return (size_t)(p->hdr->pool_size - p->hdr->heap_off - used);
+}
+
+/* First fit over the gaps between live allocations; 0 or -ENOSPC. */
+static int
+place_locked(struct pma_pool *p, uint64_t size, uint64_t align, uint64_t *offset)
+{
+	struct table_entry **v;
+	size_t k;
+	int ret = live_entries(p, &v, &k);
+
+	if (ret)
+		return ret;
+	uint64_t cursor = p->hdr->heap_off;
+	ret = -ENOSPC;
+	for (size_t i = 0; i <= k; i++) {
+		uint64_t start = align_up(cursor, align);
+		uint64_t end = i < k ? v[i]->offset : p->hdr->pool_size;
+		if (start <= end && end - start >= size) {
+			*offset = start;
+			ret = 0;
+			break;
+		}
+		if (i < k)
+			cursor = v[i]->offset + v[i]->size;
+	}
+	free(v);
+	return ret;
+}
+
+int
+pma_alloc(struct pma_pool *p, const char *name, size_t size, size_t align,
+		unsigned flags, void **addr)
+{
+	if (!p || !name || !addr)
+		return pma__err(-EINVAL, "pma_alloc: pool, name and addr are required");
+	size_t len = strlen(name);
+	if (len == 0 || len >= PMA_NAME_MAX)
+		return pma__err(-EINVAL, "allocation name must be 1..%d bytes", PMA_NAME_MAX - 1);
+	if (size == 0)
+		return pma__err(-EINVAL, "allocation '%s' of size 0", name);
+	if (align && !is_pow2(align))
+		return pma__err(-EINVAL, "alignment %zu is not a power of two", align);
+	if (align < PMA_MIN_ALIGN)
+		align = PMA_MIN_ALIGN;
+	if (size >= PMA_LARGE_SIZE && align < PMA_LARGE_ALIGN)
+		align = PMA_LARGE_ALIGN;
+
+	pthread_mutex_lock(&p->lock);
+	int ret;
+	struct table_entry *e = NULL;
+	uint64_t offset;
+
+	if (find_locked(p, name)) {
+		ret = pma__err(-EEXIST, "allocation '%s' exists", name);
+		goto out;
+	}
+	for (uint64_t i = 0; i < p->hdr->table_entries && !e; i++)
+		if (!p->table[i].state)
+			e = &p->table[i];
+	if (!e) {
+		ret = pma__err(-ENOSPC, "allocation table full (%llu entries)",
+				(unsigned long long)p->hdr->table_entries);
+		goto out;
+	}
+	if ((ret = place_locked(p, size, align, &offset))) {
+		if (ret == -ENOSPC)
+			pma__err(ret, "no free space for '%s' (%zu bytes, align %zu; %zu free in all)",
+					name, size, align, (size_t)(p->hdr->pool_size - p->hdr->heap_off));
+		goto out;
+	}
+	if (flags & PMA_ALLOC_ZERO)
+		pma_region_memset(p->region, p->base + offset, 0, size, 0);
+
+	/* Persist point 1: the entry's fields, while its state word is still 0 (free). */
+	e->offset = offset;
+	e->size = size;
+	e->align = align;
+	memset(e->name, 0, sizeof(e->name));
+	memcpy(e->name, name, len);
+	pma_region_persist(p->region, e, sizeof(*e));
+
+	/* Persist point 2: publish with one aligned 8-byte store; the allocation exists from here. */
+	__atomic_store_n(&e->state, entry_state(e), __ATOMIC_RELEASE);
+	pma_region_persist(p->region, &e->state, sizeof(e->state));
+	*addr = p->base + offset;
+out:
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int
+pma_lookup(struct pma_pool *p, const char *name, void **addr, size_t *size)
+{
+	if (!p || !name)
+		return pma__err(-EINVAL, "pma_lookup: pool and name are required");
+	pthread_mutex_lock(&p->lock);
+	struct table_entry *e = find_locked(p, name);
+	if (e) {
+		if (addr)
+			*addr = p->base + e->offset;
+		if (size)
+			*size = e->size;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return e ? 0 : pma__err(-ENOENT, "no allocation named '%s'", name);
+}
+
+int
+pma_free(struct pma_pool *p, const char *name)
+{
+	if (!p || !name)
+		return pma__err(-EINVAL, "pma_free: pool and name are required");
+	pthread_mutex_lock(&p->lock);
+	struct table_entry *e = find_locked(p, name);
+	if (e) {
+		/* Persist point: one 8-byte store frees the allocation durably. */
+		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
+		pma_region_persist(p->region, &e->state, sizeof(e->state));
+	}
+	pthread_mutex_unlock(&p->lock);
+	return e ? 0 : pma__err(-ENOENT, "no allocation named '%s'", name);
+}
+
+int
+pma_pool_foreach(struct pma_pool *p, int (*cb)(const struct pma_alloc_info *, void *),
+		void *arg)
+{
+	struct table_entry **v;
+	size_t k;
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	ret = live_entries(p, &v, &k);
+	pthread_mutex_unlock(&p->lock);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < k && !ret; i++) {
+		struct pma_alloc_info info = {
+			.name = v[i]->name, .offset = v[i]->offset,
+			.size = v[i]->size, .align = v[i]->align,
+		};
+		ret = cb(&info, arg);
+	}
+	free(v);
+	return ret;
+}

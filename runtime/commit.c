@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * commit.c -- the two-slot commit protocol.
+ *
+ *   begin    clear the target slot's seal and persist it   (slot now invalid)
+ *   write    non-temporal copies into the target slot      (not yet drained)
+ *   commit   1. drain: every tensor byte is durable
+ *            2. write step and checksums, persist them
+ *            3. store seal = step + 1 (aligned 8 bytes), persist it
+ *
+ * The target is never the slot holding the newest complete checkpoint, so
+ * until step 3 is durable recovery finds that checkpoint untouched, and
+ * after it finds the new one whole: steps 1 and 2 are durable before the
+ * seal can be.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int
+pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
+{
+	if (!s || !out)
+		return pma__err(-EINVAL, "pmck_store_begin: store and out are required");
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': checkpoint of step %llu is still in flight",
+				s->name, (unsigned long long)s->ckpt.step);
+	if (step >= (uint64_t)INT64_MAX)
+		return pma__err(-EINVAL, "step %llu is too large", (unsigned long long)step);
+
+	/* A slot that failed verification holds nothing worth keeping. */
+	int64_t st[2];
+	for (unsigned k = 0; k < 2; k++)
+		st[k] = (int)k == s->bad_slot ? -1 : pmck__sealed_step(s, k);
+	unsigned newest = st[1] > st[0];
+	if (st[newest] >= 0 && step <= (uint64_t)st[newest])
+		return pma__err(-EINVAL, "step %llu is not after the newest checkpoint (step %lld)",
+				(unsigned long long)step, (long long)st[newest]);
+	unsigned target = st[newest] >= 0 ? !newest : 0;
+
+	/*
+	 * Persist point: the target loses its seal before any of its bytes
+	 * change, so a crash while it is overwritten cannot make it look
+	 * complete.
+	 */
+	__atomic_store_n(&s->slot[target]->seal, 0, __ATOMIC_RELEASE);
+	pma_region_persist(s->region, &s->slot[target]->seal, sizeof(uint64_t));
+	if ((int)target == s->readable_slot)
+		s->readable_slot = -1;
+	if ((int)target == s->bad_slot)
+		s->bad_slot = -1;
+
+	for (uint32_t i = 0; i < s->hdr->ntensors; i++)
+		atomic_store_explicit(&s->written[i], 0, memory_order_relaxed);
+	s->ckpt = (struct pmck_ckpt){.store = s, .slot = target, .step = step};
+	s->in_flight = 1;
+	*out = &s->ckpt;
+	return 0;
+}
+
+uint64_t pmck_ckpt_step(const struct pmck_ckpt *c) { return c->step; }
+unsigned pmck_ckpt_slot(const struct pmck_ckpt *c) { return c->slot; }
+
+int
+pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off, const void *src,
+		uint64_t len)
+{
+	struct pmck_store *s = c->store;
+
+	if (idx >= s->hdr->ntensors)
+		return pma__err(-ERANGE, "tensor index %zu out of range (%u tensors)", idx,
+				s->hdr->ntensors);
+	const struct tmap_entry *e = &s->tmap[idx];
+	if (off > e->nbytes || len > e->nbytes - off)
+		return pma__err(-ERANGE, "tensor '%s': range %llu+%llu beyond its %llu bytes",
+				e->name, (unsigned long long)off, (unsigned long long)len,
+				(unsigned long long)e->nbytes);
+	if (off % PMCK_HASH_CHUNK || (len % PMCK_HASH_CHUNK && off + len != e->nbytes))
+		return pma__err(-EINVAL, "tensor '%s': range %llu+%llu is not chunk-aligned",
+				e->name, (unsigned long long)off, (unsigned long long)len);
+
+	char *dst = s->data[c->slot] + e->offset;
+	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
+	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
+		hash[pos / PMCK_HASH_CHUNK] = pmck__copy_hash(s->region, dst + pos,
+				(const char *)src + (pos - off), n, s->fused_block);
+	}
+	atomic_fetch_add_explicit(&s->written[idx], len, memory_order_release);
+	return 0;
+}
+
+int
+pmck_ckpt_write(struct pmck_ckpt *c, size_t idx, const void *src)
+{
+	struct pmck_store *s = c->store;
+
+	if (idx >= s->hdr->ntensors)
+		return pma__err(-ERANGE, "tensor index %zu out of range (%u tensors)", idx,
+				s->hdr->ntensors);
+	return pmck_ckpt_write_range(c, idx, 0, src, s->tmap[idx].nbytes);
+}
+
+void *
+pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx)
+{
+	struct pmck_store *s = c->store;
+
+	if (idx >= s->hdr->ntensors) {
+		pma__err(-ERANGE, "tensor index %zu out of range", idx);
+		return NULL;
+	}
+	return s->data[c->slot] + s->tmap[idx].offset;
+}
+
+int
+pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx)
+{
+	struct pmck_store *s = c->store;
+
+	if (idx >= s->hdr->ntensors)
+		return pma__err(-ERANGE, "tensor index %zu out of range", idx);
+	const struct tmap_entry *e = &s->tmap[idx];
+	const char *p = s->data[c->slot] + e->offset;
+	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
+
+	/* Flushed now, drained with everything else at commit. */
+	pma_region_flush(s->region, p, e->nbytes);
+	for (uint64_t pos = 0; pos < e->nbytes; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = e->nbytes - pos < PMCK_HASH_CHUNK ? e->nbytes - pos : PMCK_HASH_CHUNK;
+		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+	}
+	atomic_store_explicit(&s->written[idx], e->nbytes, memory_order_release);
+	return 0;
+}
+
+/* ------------------------------------------------- pmck_ckpt_write_all */
+
+struct write_job {
+	uint32_t tensor;
+	uint64_t off, len;
+};
+
+struct write_all {
+	struct pmck_ckpt *ckpt;
+	const void *const *srcs;
+	struct write_job *jobs;
+	size_t njobs;
+	atomic_size_t next;
+	atomic_int error;
+};
+
+static void *
+write_worker(void *arg)
+{
+	struct write_all *w = arg;
+	size_t j;
+
+	while ((j = atomic_fetch_add(&w->next, 1)) < w->njobs &&
+	       !atomic_load_explicit(&w->error, memory_order_relaxed)) {
+		const struct write_job *job = &w->jobs[j];
+		int ret = pmck_ckpt_write_range(w->ckpt, job->tensor, job->off,
+				(const char *)w->srcs[job->tensor] + job->off, job->len);
+		if (ret)
+			atomic_store(&w->error, ret);
+	}
+	return NULL;
+}
+
+static int
+cmp_job_offset(const void *a, const void *b, void *arg)
+{
+	const struct tmap_entry *t = arg;
+	const struct write_job *x = a, *y = b;
+	uint64_t ox = t[x->tensor].offset + x->off, oy = t[y->tensor].offset + y->off;
+	return ox < oy ? -1 : ox > oy;
+}
+
+int
+pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs, unsigned threads)
+{
+	/* Pieces of 8 chunks: big enough to stream, small enough to balance threads. */
+	const uint64_t piece = 8 * PMCK_HASH_CHUNK;
+	struct pmck_store *s = c->store;
+	uint32_t n = s->hdr->ntensors;
+	struct write_all w = {.ckpt = c, .srcs = srcs};
+
+	if (threads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
+	}
+	size_t njobs = 0;
+	for (uint32_t i = 0; i < n; i++)
+		njobs += s->tmap[i].nbytes ? (s->tmap[i].nbytes + piece - 1) / piece : 1;
+	w.jobs = malloc(njobs * sizeof(*w.jobs));
+	if (!w.jobs)
+		return pma__err(-ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t off = 0;
+		do {
+			uint64_t len = s->tmap[i].nbytes - off < piece ? s->tmap[i].nbytes - off : piece;
+			w.jobs[w.njobs++] = (struct write_job){i, off, len};
+			off += len;
+		} while (off < s->tmap[i].nbytes);
+	}
+	/* Layer order: the region is written front to back. */
+	qsort_r(w.jobs, w.njobs, sizeof(*w.jobs), cmp_job_offset, s->tmap);
+
+	pthread_t tid[8];
+	unsigned started = 0;
+	for (; started + 1 < threads && started < 8; started++)
+		if (pthread_create(&tid[started], NULL, write_worker, &w))
+			break;
+	write_worker(&w);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tid[t], NULL);
+	free(w.jobs);
+	int ret = atomic_load(&w.error);
+	if (ret)
+		return pma__err_prefix(ret, "write_all");
+	return 0;
+}
+
+/* ------------------------------------------------------------- commit */
+
+int
+pmck_ckpt_commit(struct pmck_ckpt *c)
+{
+	struct pmck_store *s = c->store;
+	uint32_t n = s->hdr->ntensors;
+	struct slot_hdr *slot = s->slot[c->slot];
+	uint64_t *csum = s->csum[c->slot];
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t w = atomic_load_explicit(&s->written[i], memory_order_acquire);
+		if (w != s->tmap[i].nbytes)
+			return pma__err(-EINVAL, "cannot commit step %llu: tensor '%s' has %llu of %llu "
+					"bytes written", (unsigned long long)c->step, s->tmap[i].name,
+					(unsigned long long)w, (unsigned long long)s->tmap[i].nbytes);
+	}
+	/* Persist point 1: wait for every non-temporal store and flush of the tensor data. */
+	pma_region_drain(s->region);
+
+	/* Persist point 2: the step and one checksum per tensor, still unsealed. */
+	for (uint32_t i = 0; i < n; i++)
+		csum[i] = pmck__combine(&s->chunk_hash[s->chunk_first[i]],
+				s->chunk_first[i + 1] - s->chunk_first[i]);
+	slot->step = c->step;
+	pma_region_persist(s->region, csum, (size_t)n * sizeof(*csum));
+	pma_region_persist(s->region, &slot->step, sizeof(slot->step));
+
+	/*
+	 * Persist point 3: the seal, one aligned 8-byte store.  Before it is
+	 * durable recovery uses the other slot; after, this one, whose data
+	 * and checksums are already durable (points 1 and 2).
+	 */
+	__atomic_store_n(&slot->seal, c->step + 1, __ATOMIC_RELEASE);
+	pma_region_persist(s->region, &slot->seal, sizeof(slot->seal));
+	s->in_flight = 0;
+	return 0;
+}
+
+void
+pmck_ckpt_abort(struct pmck_ckpt *c)
+{
+	/* The target's seal is already 0; the other slot was never touched. */
+	c->store->in_flight = 0;
+}

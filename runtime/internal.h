@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * internal.h -- the on-media format of a store and the in-memory objects
+ * shared by the runtime's files.  See docs/design.md for the byte map.
+ */
+#ifndef PMCK_INTERNAL_H
+#define PMCK_INTERNAL_H 1
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "pmckpt.h"
+#include "../pmalloc/errmsg.h"
+
+#define STORE_MAGIC "PMCKSTR"   /* 8 bytes with the NUL */
+#define STORE_VERSION 1u
+#define STORE_NAME_MAX 64       /* store names; allocation names add a suffix */
+#define SLOT_HDR_OFF 256u       /* slot s's header at SLOT_HDR_OFF + 64 * s */
+#define TMAP_OFF 512u
+
+/* NAME.meta, offset 0.  Never changes after creation. */
+struct store_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t ntensors;
+	uint64_t data_size;    /* bytes of each slot's data region */
+	uint64_t tensor_bytes; /* sum of the tensors' sizes */
+	uint64_t layout_hash;
+	uint64_t tmap_off;     /* TMAP_OFF */
+	uint64_t csum_off;     /* slot s's checksums at csum_off + 8 * ntensors * s */
+	uint64_t meta_size;
+	uint64_t checksum;     /* XXH3-64 of the bytes before it and of the tensor map */
+};
+
+/*
+ * One per slot, each in its own cache line.  seal == step + 1 says the slot
+ * holds a complete checkpoint of `step`; 0 says it does not.  Keeping the
+ * step twice lets recovery reject a seal damaged on media.
+ */
+struct slot_hdr {
+	uint64_t seal;
+	uint64_t step;
+	uint64_t reserved[6];
+};
+
+/* One tensor of the map, in declaration order (index = tensor index). */
+struct tmap_entry {
+	char name[PMCK_NAME_MAX];
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t shape[PMCK_MAX_DIMS];
+	uint64_t offset; /* from the start of a slot's data region */
+	uint64_t nbytes;
+	uint32_t layer;
+	uint32_t reserved0;
+	uint64_t reserved[4];
+};
+
+_Static_assert(sizeof(struct store_hdr) <= SLOT_HDR_OFF, "store header fits");
+_Static_assert(sizeof(struct slot_hdr) == 64, "slot header is a cache line");
+_Static_assert(sizeof(struct tmap_entry) == 256, "tensor map entry is 256 bytes");
+
+struct pmck_ckpt {
+	struct pmck_store *store;
+	unsigned slot;
+	uint64_t step;
+};
+
+struct pmck_store {
+	struct pma_pool *pool;
+	struct pma_region *region;
+	char name[STORE_NAME_MAX];
+	struct store_hdr *hdr;
+	struct slot_hdr *slot[2];
+	struct tmap_entry *tmap;
+	uint64_t *csum[2];
+	char *data[2];
+	uint64_t *chunk_first;      /* tensor i's chunks: chunk_hash[chunk_first[i] ..] */
+	uint64_t *chunk_hash;       /* XXH3 of each chunk written in this checkpoint */
+	_Atomic uint64_t *written;  /* bytes written per tensor in this checkpoint */
+	size_t fused_block;         /* bytes hashed, then streamed, at a time */
+	int readable_slot;          /* recovered slot, -1 if none */
+	int bad_slot;               /* slot that failed verification, -1 if none */
+	int in_flight;
+	struct pmck_ckpt ckpt;
+};
+
+/* layout.c */
+int pmck__layout_check(const struct pmck_tensor_desc *d, size_t n, uint64_t *nbytes);
+uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
+uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nbytes,
+		size_t n, uint64_t *offset);
+
+/* checksum.c */
+uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,
+		size_t len, size_t block);
+uint64_t pmck__hash(const void *data, size_t len);
+uint64_t pmck__combine(const uint64_t *chunk_hashes, size_t n);
+
+static inline uint64_t
+pmck__nchunks(uint64_t nbytes)
+{
+	return (nbytes + PMCK_HASH_CHUNK - 1) / PMCK_HASH_CHUNK;
+}
+
+/* A slot's sealed step, or -1 if it is not sealed (or its seal is damaged). */
+static inline int64_t
+pmck__sealed_step(const struct pmck_store *s, unsigned k)
+{
+	uint64_t seal = __atomic_load_n(&s->slot[k]->seal, __ATOMIC_ACQUIRE);
+
+	if (seal == 0 || seal != s->slot[k]->step + 1 || seal > (uint64_t)INT64_MAX)
+		return -1;
+	return (int64_t)s->slot[k]->step;
+}
+
+#endif

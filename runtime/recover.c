@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* recover.c -- finding the newest checkpoint whose checksums verify, and reading it. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Index of the first tensor of slot k whose checksum fails, or -1. */
+static int64_t
+verify_slot(const struct pmck_store *s, unsigned k)
+{
+	for (uint32_t i = 0; i < s->hdr->ntensors; i++) {
+		const struct tmap_entry *e = &s->tmap[i];
+		if (pmck_tensor_checksum(s->data[k] + e->offset, e->nbytes) != s->csum[k][i])
+			return i;
+	}
+	return -1;
+}
+
+int
+pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
+{
+	struct pmck_recovery r = {0};
+
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	s->readable_slot = -1;
+	s->bad_slot = -1;
+
+	/* Candidates, newest first; a seal must agree with the step stored beside it. */
+	int64_t st[2];
+	for (unsigned k = 0; k < 2; k++)
+		st[k] = pmck__sealed_step(s, k);
+	unsigned order[2] = {st[1] > st[0], !(st[1] > st[0])};
+	for (unsigned o = 0; o < 2; o++) {
+		unsigned k = order[o];
+		if (st[k] < 0)
+			continue;
+		int64_t bad = verify_slot(s, k);
+		if (bad < 0) {
+			s->readable_slot = (int)k;
+			r.step = (uint64_t)st[k];
+			r.slot = k;
+			break;
+		}
+		if (!r.rejected) {
+			r.rejected = 1;
+			r.rejected_slot = k;
+			r.rejected_step = (uint64_t)st[k];
+			snprintf(r.rejected_tensor, sizeof(r.rejected_tensor), "%s", s->tmap[bad].name);
+			s->bad_slot = (int)k;
+		}
+	}
+	if (info)
+		*info = r;
+	if (s->readable_slot < 0) {
+		if (r.rejected)
+			return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s': no checkpoint verifies "
+					"(step %llu fails at tensor '%s')", s->name,
+					(unsigned long long)r.rejected_step, r.rejected_tensor);
+		return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s' holds no complete checkpoint",
+				s->name);
+	}
+	return 0;
+}
+
+const void *
+pmck_store_tensor_data(const struct pmck_store *s, size_t idx)
+{
+	if (s->readable_slot < 0 || idx >= s->hdr->ntensors)
+		return NULL;
+	return s->data[s->readable_slot] + s->tmap[idx].offset;
+}
+
+int
+pmck_store_read(const struct pmck_store *s, size_t idx, void *dst)
+{
+	if (idx >= s->hdr->ntensors)
+		return pma__err(-ERANGE, "tensor index %zu out of range", idx);
+	if (s->readable_slot < 0)
+		return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s': nothing recovered", s->name);
+	memcpy(dst, s->data[s->readable_slot] + s->tmap[idx].offset, s->tmap[idx].nbytes);
+	return 0;
+}
