@@ -40,13 +40,32 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
 LDFLAGS += -pthread $(SANFLAGS)
 LDLIBS  += $(DEP_LIBS)
 
+# CUDA: built when nvcc is found, CUDA=1 requires it, CUDA=0 leaves it out.
+NVCC    ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA    ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# sm_90 (Hopper) code plus PTX for later GPUs to compile at load time.
+NVCCFLAGS ?= -O2 -g -std=c++17 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
+
 PMALLOC_SRC := $(wildcard pmalloc/*.c)
-RUNTIME_SRC := $(wildcard runtime/*.c)
+RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
 TOOL_SRC    := $(wildcard tools/*.c)
 TEST_SRC    := $(wildcard tests/*.c)
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but no nvcc found: set NVCC=/path/to/nvcc)
+endif
+RUNTIME_OBJ += $(BUILD)/runtime/gpu.o
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CFLAGS  += -DPMCK_HAVE_CUDA -I$(CUDA_HOME)/include
+else
+RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
+endif
 TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
@@ -54,12 +73,18 @@ LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
 PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
 
 TRIALS ?= 10000
+comma := ,
+space := $(empty) $(empty)
 
 all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h tests/*.h) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h | deps
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 $(BUILD)/libpmalloc.a: $(PMALLOC_OBJ)
 	$(AR) rcs $@ $^
@@ -78,6 +103,7 @@ $(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpm
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
 $(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
+$(BUILD)/pmck-bench: LDLIBS += $(shell $(PKG_CONFIG) --libs libpmemobj)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
 

@@ -256,6 +256,127 @@ const void *pmck_store_tensor_data(const struct pmck_store *s, size_t idx);
 /* pmck_store_read -- copies tensor idx of the recovered checkpoint to dst. Errors: -ERANGE, PMCK_E_NO_CHECKPOINT. */
 int pmck_store_read(const struct pmck_store *s, size_t idx, void *dst);
 
+/* ----------------------------------------------- asynchronous pipeline */
+
+/*
+ * A pipeline writes checkpoints of a store layer by layer in the
+ * background, so that training waits only for the layer it is about to
+ * update:
+ *
+ *   for each step:
+ *       forward + backward
+ *       for each layer j (in update order):
+ *           pmck_pipeline_wait_layer(p, j);    previous checkpoint's copy of j is persisted
+ *           update layer j's parameters
+ *           if checkpointing this step:
+ *               (before the first layer) pmck_pipeline_begin(p, step)
+ *               pmck_pipeline_put_layer(p, j, srcs);    queued, returns at once
+ *
+ * Layer writes run FIFO on `threads` writer threads bound to the region's
+ * NUMA node.  The checkpoint commits (on a writer thread) as soon as its
+ * last layer is persisted.  Sources may be host memory, or GPU memory
+ * through one of the GPU strategies (see docs/gpu.md).
+ */
+struct pmck_pipeline;
+
+/* What pmck_pipeline_begin does while the previous checkpoint is still being written. */
+enum pmck_busy_policy {
+	PMCK_BUSY_WAIT = 0, /* block until it has committed */
+	PMCK_BUSY_SKIP = 1, /* skip this checkpoint: begin returns PMCK_SKIPPED */
+};
+
+/* Where put_layer's sources live and how they reach the region. */
+enum pmck_source {
+	PMCK_SOURCE_HOST = 0,   /* host memory: fused copy + checksum on the CPU */
+	PMCK_SOURCE_GPU_DIRECT, /* D: device memory -> PM through the mapped pointer (DMA) */
+	PMCK_SOURCE_GPU_KERNEL, /* D, by a copy kernel: 128-byte chunks, __threadfence_system */
+	PMCK_SOURCE_GPU_STAGED, /* C: device -> pinned DRAM -> CPU non-temporal copy to PM */
+	PMCK_SOURCE_GPU_SNAPSHOT, /* G: copy into spare GPU memory, then drain to PM (DMA) */
+};
+
+struct pmck_pipeline_opts {
+	unsigned threads;     /* writer threads; 0: 2 */
+	int numa_node;        /* node for the writers; -1: the region's node */
+	enum pmck_busy_policy on_busy;
+	enum pmck_source source;
+	int cuda_device;      /* GPU sources: the CUDA device of the sources */
+};
+
+#define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */
+
+/*
+ * pmck_pipeline_new -- starts the writer threads for store s (which must
+ * outlive the pipeline; no other writer may use it meanwhile).  opts may
+ * be NULL (host sources, 2 threads, wait when busy).  GPU sources register
+ * the whole region with cudaHostRegister (Mapped|Portable).
+ * Errors: -EINVAL, -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path
+ * unavailable: built without CUDA, no driver or no device; the message
+ * says which).
+ */
+int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
+		struct pmck_pipeline **out);
+
+/*
+ * pmck_pipeline_delete -- waits for the checkpoint in flight, stops the
+ * writers, unregisters GPU mappings, frees *p and sets it to NULL.
+ */
+void pmck_pipeline_delete(struct pmck_pipeline **p);
+
+/*
+ * pmck_pipeline_begin -- starts checkpoint `step`.  If the previous one is
+ * still being written: waits (PMCK_BUSY_WAIT), or returns PMCK_SKIPPED
+ * (PMCK_BUSY_SKIP), after which put_layer calls until the next begin are
+ * answered PMCK_SKIPPED and ignored.  Errors: those of pmck_store_begin;
+ * -EINVAL if the checkpoint in flight still lacks layers (it can never
+ * complete).  A failure of the previous checkpoint is reported by
+ * pmck_pipeline_wait and pmck_pipeline_wait_layer, not here.
+ */
+int pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step);
+
+/*
+ * pmck_pipeline_put_layer -- queues every tensor of `layer` for writing;
+ * srcs[i] is the source of tensor i (entries of other layers are not read;
+ * GPU strategies take device pointers).  Returns at once.  The sources
+ * must stay unchanged until pmck_pipeline_wait_layer(p, layer) returns.
+ * Each layer is put once per checkpoint; the checkpoint commits after its
+ * last layer is persisted.  Returns PMCK_SKIPPED while the checkpoint is
+ * skipped.  Errors: -EINVAL (no checkpoint begun, layer unknown or already
+ * put), GPU errors (-EIO) from strategy G's snapshot copy.
+ */
+int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs);
+
+/*
+ * pmck_pipeline_wait_layer -- blocks until no queued or running write
+ * reads the sources of `layer`: every byte of it is persisted in the
+ * region (made durable: drained or flushed), so it may be modified.
+ * Returns at once if the layer has nothing in flight.  Returns the
+ * checkpoint's error if writing it failed.
+ */
+int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
+
+/*
+ * pmck_pipeline_wait -- blocks until the checkpoint in flight has
+ * committed (or failed: its error is returned, and the store's previous
+ * checkpoint is intact).  0 if nothing is in flight.
+ */
+int pmck_pipeline_wait(struct pmck_pipeline *p);
+
+/* Counters since pmck_pipeline_new. */
+struct pmck_pipeline_stats {
+	uint64_t committed;     /* checkpoints committed */
+	uint64_t skipped;       /* begins that returned PMCK_SKIPPED */
+	uint64_t last_step;     /* step of the last commit (valid if committed) */
+	uint64_t wait_ns;       /* time callers spent blocked in begin and wait_layer */
+};
+void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st);
+
+/*
+ * pmck_gpu_available -- 0 if the GPU path can be used with CUDA device
+ * `device`; -ENODEV otherwise, with the reason in pmck_errormsg() ("built
+ * without CUDA", "no CUDA driver", "no CUDA device").
+ */
+int pmck_gpu_available(int device);
+
 /*
  * pmck_tensor_checksum -- the checksum pmckpt stores for len bytes:
  * XXH3-64 over the little-endian XXH3-64 values of each PMCK_HASH_CHUNK

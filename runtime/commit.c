@@ -118,24 +118,32 @@ pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx)
 }
 
 int
+pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len)
+{
+	struct pmck_store *s = c->store;
+	const struct tmap_entry *e = &s->tmap[idx];
+	const char *p = s->data[c->slot] + e->offset;
+	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
+
+	/* Flushed now (the bytes may sit in the CPU cache, e.g. after DDIO), drained by the caller or commit. */
+	pma_region_flush(s->region, p + off, len);
+	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
+		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+	}
+	atomic_fetch_add_explicit(&s->written[idx], len, memory_order_release);
+	return 0;
+}
+
+int
 pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx)
 {
 	struct pmck_store *s = c->store;
 
 	if (idx >= s->hdr->ntensors)
 		return pma__err(-ERANGE, "tensor index %zu out of range", idx);
-	const struct tmap_entry *e = &s->tmap[idx];
-	const char *p = s->data[c->slot] + e->offset;
-	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
-
-	/* Flushed now, drained with everything else at commit. */
-	pma_region_flush(s->region, p, e->nbytes);
-	for (uint64_t pos = 0; pos < e->nbytes; pos += PMCK_HASH_CHUNK) {
-		uint64_t n = e->nbytes - pos < PMCK_HASH_CHUNK ? e->nbytes - pos : PMCK_HASH_CHUNK;
-		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
-	}
-	atomic_store_explicit(&s->written[idx], e->nbytes, memory_order_release);
-	return 0;
+	atomic_store_explicit(&s->written[idx], 0, memory_order_relaxed);
+	return pmck__ckpt_landed(c, idx, 0, s->tmap[idx].nbytes);
 }
 
 /* ------------------------------------------------- pmck_ckpt_write_all */

@@ -91,6 +91,10 @@ uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
 uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nbytes,
 		size_t n, uint64_t *offset);
 
+/* commit.c: bytes [off, off+len) of tensor idx were stored into the slot by
+ * someone else (a GPU); flush them and hash them.  Chunk-aligned like write_range. */
+int pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
+
 /* checksum.c */
 uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,
 		size_t len, size_t block);

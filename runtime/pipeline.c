@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pipeline.c -- asynchronous, layer-wise checkpoint writing.
+ *
+ * put_layer splits each tensor of a layer into pieces of PIECE bytes and
+ * queues them (FIFO).  Writer threads take pieces, copy them into the
+ * slot (CPU fused copy + checksum, or from a GPU), then drain, so that a
+ * layer's pending count reaches zero only after its bytes are durable.
+ * The writer that finishes the last piece of the last layer commits.
+ *
+ * Lock order: p->lock only; store calls run outside it except begin.
+ */
+#include <errno.h>
+#include <numa.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "gpu.h"
+
+#define PIECE (8 * PMCK_HASH_CHUNK)
+#define MAX_THREADS 64
+
+struct job {
+	uint32_t tensor;
+	uint32_t layer; /* dense index */
+	uint64_t off, len;
+	const void *src; /* bytes [off, off+len) of the tensor start here */
+};
+
+struct pmck_pipeline {
+	struct pmck_store *store;
+	struct pmck_pipeline_opts opts;
+	struct pmck_gpu *gpu;
+	pthread_mutex_t lock;
+	pthread_cond_t work;   /* workers: a job is queued, or stop */
+	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
+	pthread_t threads[MAX_THREADS];
+	void *staging[MAX_THREADS]; /* strategy C: one pinned buffer per writer */
+	unsigned nthreads;
+	int stop;
+
+	uint32_t nlayers;
+	uint32_t *layer_id;      /* sorted distinct layer numbers */
+	uint32_t *tensor_layer;  /* tensor -> dense layer index */
+
+	struct job *queue;       /* ring of qcap jobs: one checkpoint at most */
+	size_t qcap, qhead, qlen;
+
+	struct pmck_ckpt *ckpt;
+	int active;              /* begun and neither committed nor failed */
+	int skipping;            /* begin returned PMCK_SKIPPED */
+	uint8_t *layer_put;
+	uint64_t *layer_pending; /* pieces queued or running per layer */
+	uint32_t layers_put;
+	uint64_t outstanding;
+	int error;               /* first failure of the checkpoint in flight */
+	int result;              /* outcome of the last finished checkpoint */
+	struct pmck_pipeline_stats stats;
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int
+is_gpu(const struct pmck_pipeline *p)
+{
+	return p->opts.source != PMCK_SOURCE_HOST;
+}
+
+/* Copies one piece into the slot and makes it durable; runs on a writer thread. */
+static int
+run_job(struct pmck_pipeline *p, const struct job *j, unsigned self)
+{
+	struct pmck_ckpt *c = p->ckpt;
+	struct pmck_store *s = p->store;
+	char *dst = (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
+	int ret = 0;
+
+	switch (p->opts.source) {
+	case PMCK_SOURCE_HOST:
+		ret = pmck_ckpt_write_range(c, j->tensor, j->off, j->src, j->len);
+		break;
+	case PMCK_SOURCE_GPU_STAGED:
+		ret = pmck__gpu_to_host(p->gpu, p->staging[self], j->src, j->len);
+		if (!ret)
+			ret = pmck_ckpt_write_range(c, j->tensor, j->off, p->staging[self], j->len);
+		break;
+	case PMCK_SOURCE_GPU_SNAPSHOT:
+		ret = pmck__gpu_snapshot_wait(p->gpu, j->layer);
+		/* then drain the snapshot like strategy D */
+		__attribute__((fallthrough));
+	case PMCK_SOURCE_GPU_DIRECT:
+	case PMCK_SOURCE_GPU_KERNEL:
+		if (!ret)
+			ret = pmck__gpu_to_region(p->gpu, dst, j->src, j->len,
+					p->opts.source == PMCK_SOURCE_GPU_KERNEL);
+		if (!ret)
+			ret = pmck__ckpt_landed(c, j->tensor, j->off, j->len);
+		break;
+	}
+	/* Persist point: this thread's non-temporal stores and flushes of the piece are durable. */
+	pma_region_drain(s->region);
+	return ret;
+}
+
+static void finish_locked(struct pmck_pipeline *p);
+
+static void *
+writer(void *arg)
+{
+	struct pmck_pipeline *p = arg;
+	unsigned self;
+
+	pthread_mutex_lock(&p->lock);
+	for (self = 0; self < p->nthreads && !pthread_equal(p->threads[self], pthread_self()); self++)
+		;
+	pthread_mutex_unlock(&p->lock);
+	if (p->opts.numa_node >= 0 && numa_available() >= 0)
+		numa_run_on_node(p->opts.numa_node); /* best effort: a single-node box needs nothing */
+	int bind_err = is_gpu(p) ? pmck__gpu_bind_thread(p->gpu) : 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->qlen == 0)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (p->qlen == 0)
+			break; /* stop, and nothing left */
+		struct job j = p->queue[p->qhead];
+		p->qhead = (p->qhead + 1) % p->qcap;
+		p->qlen--;
+		int skip = p->error != 0;
+		pthread_mutex_unlock(&p->lock);
+
+		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self);
+
+		pthread_mutex_lock(&p->lock);
+		if (ret && !p->error)
+			p->error = ret;
+		p->outstanding--;
+		if (--p->layer_pending[j.layer] == 0)
+			pthread_cond_broadcast(&p->done);
+		if (p->outstanding == 0 && p->layers_put == p->nlayers)
+			finish_locked(p);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/*
+ * The last piece has landed: commit (or abort after a failure).  Called with
+ * the lock held; commit runs without it, and nothing else touches the
+ * checkpoint meanwhile because all its pieces are done and begin waits
+ * for `active` to clear.
+ */
+static void
+finish_locked(struct pmck_pipeline *p)
+{
+	int ret = p->error;
+
+	pthread_mutex_unlock(&p->lock);
+	if (!ret)
+		ret = pmck_ckpt_commit(p->ckpt);
+	if (ret)
+		pmck_ckpt_abort(p->ckpt);
+	pthread_mutex_lock(&p->lock);
+	if (!ret) {
+		p->stats.committed++;
+		p->stats.last_step = pmck_ckpt_step(p->ckpt);
+	}
+	p->result = ret;
+	p->error = ret;
+	p->active = 0;
+	pthread_cond_broadcast(&p->done);
+}
+
+static int
+layer_index(const struct pmck_pipeline *p, uint32_t layer)
+{
+	uint32_t lo = 0, hi = p->nlayers;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (p->layer_id[mid] < layer)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < p->nlayers && p->layer_id[lo] == layer ? (int)lo : -1;
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Distinct layers, the tensor -> layer map and the queue size. */
+static int
+index_layers(struct pmck_pipeline *p)
+{
+	size_t n = pmck_store_ntensors(p->store);
+	struct pmck_tensor_info ti;
+
+	p->layer_id = malloc(n * sizeof(*p->layer_id));
+	p->tensor_layer = malloc(n * sizeof(*p->tensor_layer));
+	if (!p->layer_id || !p->tensor_layer)
+		return pma__err(-ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		pmck_store_tensor(p->store, i, &ti);
+		p->layer_id[i] = ti.layer;
+		p->qcap += ti.nbytes ? (ti.nbytes + PIECE - 1) / PIECE : 1;
+	}
+	qsort(p->layer_id, n, sizeof(*p->layer_id), cmp_u32);
+	for (size_t i = 0; i < n; i++)
+		if (i == 0 || p->layer_id[i] != p->layer_id[p->nlayers - 1])
+			p->layer_id[p->nlayers++] = p->layer_id[i];
+	for (size_t i = 0; i < n; i++) {
+		pmck_store_tensor(p->store, i, &ti);
+		p->tensor_layer[i] = (uint32_t)layer_index(p, ti.layer);
+	}
+	p->queue = malloc(p->qcap * sizeof(*p->queue));
+	p->layer_put = calloc(p->nlayers, 1);
+	p->layer_pending = calloc(p->nlayers, sizeof(*p->layer_pending));
+	if (!p->queue || !p->layer_put || !p->layer_pending)
+		return pma__err(-ENOMEM, "out of memory");
+	return 0;
+}
+
+static int
+open_gpu(struct pmck_pipeline *p)
+{
+	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
+			pmck_store_data_size(p->store) : 0;
+	int ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
+			p->nlayers, &p->gpu);
+
+	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)
+		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
+	return ret;
+}
+
+int
+pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
+		struct pmck_pipeline **out)
+{
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1};
+	int ret;
+
+	if (!s || !out)
+		return pma__err(-EINVAL, "pmck_pipeline_new: store and out are required");
+	*out = NULL;
+	if (opts)
+		o = *opts;
+	if (o.threads == 0)
+		o.threads = 2;
+	if (o.threads > MAX_THREADS)
+		return pma__err(-EINVAL, "%u writer threads: at most %d", o.threads, MAX_THREADS);
+	if ((unsigned)o.on_busy > PMCK_BUSY_SKIP || (unsigned)o.source > PMCK_SOURCE_GPU_SNAPSHOT)
+		return pma__err(-EINVAL, "unknown busy policy or source");
+	if (o.numa_node < 0)
+		o.numa_node = pma_region_numa_node(pmck_store_region(s));
+
+	struct pmck_pipeline *p = calloc(1, sizeof(*p));
+	if (!p)
+		return pma__err(-ENOMEM, "out of memory");
+	p->store = s;
+	p->opts = o;
+	p->nthreads = o.threads;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	if ((ret = index_layers(p)) || (is_gpu(p) && (ret = open_gpu(p)))) {
+		p->nthreads = 0;
+		pmck_pipeline_delete(&p);
+		return ret;
+	}
+	pthread_mutex_lock(&p->lock); /* writers look themselves up in p->threads */
+	for (unsigned t = 0; t < p->nthreads; t++) {
+		if (pthread_create(&p->threads[t], NULL, writer, p)) {
+			p->nthreads = t;
+			pthread_mutex_unlock(&p->lock);
+			pmck_pipeline_delete(&p);
+			return pma__err(-EAGAIN, "cannot start writer thread %u", t);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	*out = p;
+	return 0;
+}
+
+/* Waits (lock held) while cond; adds the time to the stall counter. */
+#define WAIT_WHILE(p, cond)                                                     \
+	do {                                                                    \
+		if (cond) {                                                     \
+			uint64_t t0_ = now_ns();                                \
+			while (cond)                                            \
+				pthread_cond_wait(&(p)->done, &(p)->lock);      \
+			(p)->stats.wait_ns += now_ns() - t0_;                   \
+		}                                                               \
+	} while (0)
+
+int
+pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
+{
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->active && p->layers_put < p->nlayers) {
+		ret = pma__err(-EINVAL, "checkpoint of step %llu still lacks %u of %u layers",
+				(unsigned long long)pmck_ckpt_step(p->ckpt),
+				p->nlayers - p->layers_put, p->nlayers);
+		goto out;
+	}
+	if (p->active && p->opts.on_busy == PMCK_BUSY_SKIP) {
+		p->skipping = 1;
+		p->stats.skipped++;
+		ret = PMCK_SKIPPED;
+		goto out;
+	}
+	WAIT_WHILE(p, p->active);
+	p->skipping = 0;
+	if ((ret = pmck_store_begin(p->store, step, &p->ckpt)))
+		goto out;
+	memset(p->layer_put, 0, p->nlayers);
+	p->layers_put = 0;
+	p->outstanding = 0;
+	p->error = 0;
+	p->active = 1;
+out:
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+static void
+push_locked(struct pmck_pipeline *p, struct job j)
+{
+	p->queue[(p->qhead + p->qlen) % p->qcap] = j;
+	p->qlen++;
+	p->layer_pending[j.layer]++;
+	p->outstanding++;
+}
+
+int
+pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs)
+{
+	int ix = layer_index(p, layer);
+	int ret = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->skipping) {
+		ret = PMCK_SKIPPED;
+		goto out;
+	}
+	if (!p->active || ix < 0 || p->layer_put[ix]) {
+		ret = pma__err(-EINVAL, !p->active ? "put_layer(%u): no checkpoint begun" : ix < 0 ?
+				"put_layer(%u): no tensor has this layer" :
+				"put_layer(%u): layer already put in this checkpoint", layer);
+		goto out;
+	}
+	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_bind_thread(p->gpu)))
+		goto out;
+	size_t n = pmck_store_ntensors(p->store);
+	for (size_t i = 0; i < n && !ret; i++) {
+		if (p->tensor_layer[i] != (uint32_t)ix)
+			continue;
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(p->store, i, &ti);
+		uint64_t off = 0;
+		do {
+			uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
+			const void *src = (const char *)srcs[i] + off;
+			if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT)
+				ret = pmck__gpu_snapshot(p->gpu, ti.offset + off, src, len, &src);
+			if (ret)
+				break;
+			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src});
+			off += len;
+		} while (off < ti.nbytes);
+	}
+	if (!ret && p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT)
+		ret = pmck__gpu_snapshot_mark(p->gpu, (unsigned)ix);
+	if (ret && !p->error)
+		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
+	p->layer_put[ix] = 1;
+	p->layers_put++;
+	if (p->outstanding == 0 && p->layers_put == p->nlayers)
+		finish_locked(p); /* only empty tensors, or a failure before any queueing */
+	pthread_cond_broadcast(&p->work);
+out:
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int
+pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer)
+{
+	int ix = layer_index(p, layer);
+	int ret;
+
+	if (ix < 0)
+		return pma__err(-EINVAL, "wait_layer(%u): no tensor has this layer", layer);
+	pthread_mutex_lock(&p->lock);
+	WAIT_WHILE(p, p->layer_pending[ix] > 0);
+	ret = p->error;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int
+pmck_pipeline_wait(struct pmck_pipeline *p)
+{
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->active && p->layers_put < p->nlayers) {
+		ret = pma__err(-EINVAL, "checkpoint of step %llu lacks %u of %u layers: it cannot "
+				"complete", (unsigned long long)pmck_ckpt_step(p->ckpt),
+				p->nlayers - p->layers_put, p->nlayers);
+	} else {
+		WAIT_WHILE(p, p->active);
+		ret = p->result;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+void
+pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st)
+{
+	pthread_mutex_lock(&p->lock);
+	*st = p->stats;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pmck_pipeline_delete(struct pmck_pipeline **pp)
+{
+	struct pmck_pipeline *p = pp ? *pp : NULL;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	/* A checkpoint with layers missing can never commit: drop it once its pieces are done. */
+	WAIT_WHILE(p, p->outstanding > 0 || (p->active && p->layers_put == p->nlayers));
+	if (p->active) {
+		pmck_ckpt_abort(p->ckpt);
+		p->active = 0;
+	}
+	p->stop = 1;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned t = 0; t < p->nthreads; t++)
+		pthread_join(p->threads[t], NULL);
+	for (unsigned t = 0; t < MAX_THREADS; t++)
+		if (p->staging[t])
+			pmck__gpu_host_free(p->gpu, p->staging[t]);
+	pmck__gpu_close(&p->gpu);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->lock);
+	free(p->queue);
+	free(p->layer_put);
+	free(p->layer_pending);
+	free(p->layer_id);
+	free(p->tensor_layer);
+	free(p);
+	*pp = NULL;
+}

@@ -1,0 +1,247 @@
+/*
+ * gpu_pipeline.c -- the GPU -> PM path: for each strategy (D by DMA, D by
+ * copy kernel, C staged, G snapshot) a bit-exact round trip, layer
+ * ordering, and recovery of a GPU-written checkpoint after kill -9.
+ * Skips without CUDA or without a device; never passes without running.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "pmckpt.h"
+#include "tap.h"
+
+#ifndef PMCK_HAVE_CUDA
+int
+main(void)
+{
+	skip_all("built without CUDA");
+}
+#else
+#include <cuda_runtime_api.h>
+
+#define LAYERS 4
+#define PER_LAYER 3
+#define N (LAYERS * PER_LAYER)
+
+static struct pmck_tensor_desc descs[N];
+static char names[N][32];
+static size_t nbytes[N];
+static uint8_t *host[N];
+static void *dev[N];
+
+static void
+make_layout(void)
+{
+	for (size_t i = 0; i < N; i++) {
+		unsigned k = i % PER_LAYER;
+		snprintf(names[i], sizeof(names[i]), "l%zu.t%u", i / PER_LAYER, k);
+		descs[i] = (struct pmck_tensor_desc){.name = names[i], .dtype = PMCK_DTYPE_BF16,
+				.ndim = 1, .layer = (uint32_t)(i / PER_LAYER)};
+		/* 20 MiB + 6 bytes (pieces with an odd tail), 8 KiB, 1 element */
+		descs[i].shape[0] = k == 0 ? (10u << 20) + 3 : k == 1 ? 4096 : 1;
+		nbytes[i] = descs[i].shape[0] * 2;
+		host[i] = malloc(nbytes[i]);
+	}
+}
+
+static void
+fill(uint64_t step)
+{
+	for (size_t i = 0; i < N; i++)
+		for (size_t k = 0; k < nbytes[i]; k++)
+			host[i][k] = (uint8_t)((step * 7919 + i * 131 + k * 17) >> 2);
+}
+
+static int
+upload(void)
+{
+	for (size_t i = 0; i < N; i++)
+		if (cudaMemcpy(dev[i], host[i], nbytes[i], cudaMemcpyHostToDevice) != cudaSuccess)
+			return -1;
+	return 0;
+}
+
+static int
+open_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
+		struct pmck_store **s)
+{
+	if (pma_region_open(path, 192 << 20, create ? PMA_REGION_CREATE : 0, r) ||
+	    (create ? pma_pool_create(*r, 0, pool) : pma_pool_open(*r, pool)) ||
+	    pmck_store_open_or_create(*pool, "g", descs, N, s)) {
+		diag("%s", pmck_errormsg());
+		return -1;
+	}
+	return 0;
+}
+
+static void
+close_store(struct pma_region **r, struct pma_pool **pool, struct pmck_store **s)
+{
+	pmck_store_close(s);
+	pma_pool_close(pool);
+	pma_region_close(r);
+}
+
+static int
+exact(struct pmck_store *s, uint64_t step)
+{
+	fill(step);
+	for (size_t i = 0; i < N; i++)
+		if (memcmp(pmck_store_tensor_data(s, i), host[i], nbytes[i]))
+			return 0;
+	return 1;
+}
+
+static const char *
+source_name(enum pmck_source src)
+{
+	static const char *const n[] = {"host", "D (DMA)", "D (kernel)", "C (staged)", "G (snapshot)"};
+	return n[src];
+}
+
+/* Runs checkpoints from device memory; reports each commit on fd (if >= 0). */
+static int
+gpu_checkpoints(const char *path, enum pmck_source src, uint64_t first, uint64_t last, int fd)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
+	int ret;
+
+	if (open_store(path, 0, &r, &pool, &s))
+		return -1;
+	if ((ret = pmck_pipeline_new(s, &o, &p))) {
+		diag("%s: %s", source_name(src), pmck_errormsg());
+		close_store(&r, &pool, &s);
+		return ret;
+	}
+	for (uint64_t step = first; step <= last && !ret; step++) {
+		fill(step);
+		for (unsigned l = 0; l < LAYERS; l++)
+			pmck_pipeline_wait_layer(p, l);
+		if (upload())
+			ret = -EIO;
+		if (!ret)
+			ret = pmck_pipeline_begin(p, step);
+		for (unsigned l = 0; l < LAYERS && !ret; l++)
+			ret = pmck_pipeline_put_layer(p, l, (const void *const *)dev);
+		if (!ret)
+			ret = pmck_pipeline_wait(p);
+		if (!ret && fd >= 0 && write(fd, &step, sizeof(step)) != sizeof(step))
+			ret = -EIO;
+	}
+	if (ret)
+		diag("%s: %s", source_name(src), pmck_errormsg());
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	return ret;
+}
+
+static int
+alloc_device(void)
+{
+	for (size_t i = 0; i < N; i++)
+		if (cudaMalloc(&dev[i], nbytes[i]) != cudaSuccess)
+			return -1;
+	return 0;
+}
+
+/* Before the parent touches CUDA: children that use it are forked from a clean process. */
+static void
+test_crash(const char *path, int trials)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_recovery rec;
+	int bad = 0, recovered = 0;
+
+	for (int t = 0; t < trials; t++) {
+		int fds[2];
+		if (pipe(fds))
+			break;
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(fds[0]);
+			open_store(path, 0, &r, &pool, &s);
+			uint64_t first = pmck_store_recover(s, &rec) == 0 ? rec.step + 1 : 1;
+			close_store(&r, &pool, &s);
+			if (alloc_device())
+				_exit(2);
+			gpu_checkpoints(path, PMCK_SOURCE_GPU_DIRECT + t % 4, first, first + 1000, fds[1]);
+			_exit(3);
+		}
+		close(fds[1]);
+		uint64_t step, last = 0;
+		/* Let the child start CUDA and commit at least once, then kill it at random. */
+		if (read(fds[0], &step, sizeof(step)) == sizeof(step))
+			last = step;
+		struct timespec d = {0, (rand() % 50000) * 1000L};
+		nanosleep(&d, NULL);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		while (read(fds[0], &step, sizeof(step)) == sizeof(step))
+			last = step;
+		close(fds[0]);
+		open_store(path, 0, &r, &pool, &s);
+		if (pmck_store_recover(s, &rec) == 0 && rec.step >= last && exact(s, rec.step)) {
+			recovered++;
+		} else {
+			bad++;
+			diag("trial %d: last commit %llu, recovered %llu: %s", t,
+					(unsigned long long)last, (unsigned long long)rec.step, pmck_errormsg());
+		}
+		close_store(&r, &pool, &s);
+	}
+	is_int(bad, 0, "%d kills during GPU checkpoints: all recovered bit-exact, never older than "
+			"the last commit (%d)", trials, recovered);
+}
+
+int
+main(void)
+{
+	const char *path = scratch_path("gpu");
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_recovery rec;
+
+	/* Probe in a child: CUDA must not be initialised in the parent before fork. */
+	pid_t probe = fork();
+	if (probe == 0)
+		_exit(pmck_gpu_available(0) ? 1 : 0);
+	int status;
+	waitpid(probe, &status, 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		pmck_gpu_available(0);
+		skip_all(pmck_errormsg());
+	}
+	srand((unsigned)time(NULL));
+	make_layout();
+	unlink(path);
+	if (open_store(path, 1, &r, &pool, &s))
+		return 1;
+	close_store(&r, &pool, &s);
+	test_crash(path, 8);
+
+	if (alloc_device())
+		return 1;
+	uint64_t step = 1000000;
+	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT; src++) {
+		step += 10;
+		is_int(gpu_checkpoints(path, src, step, step + 2, -1), 0, "%s: three checkpoints",
+				source_name(src));
+		open_store(path, 0, &r, &pool, &s);
+		is_int(pmck_store_recover(s, &rec), 0, "%s: recover", source_name(src));
+		is_int(rec.step, step + 2, "%s: newest step", source_name(src));
+		ok(exact(s, step + 2), "%s: every tensor bit-exact", source_name(src));
+		close_store(&r, &pool, &s);
+	}
+	unlink(path);
+	return done_testing();
+}
+#endif

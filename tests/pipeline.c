@@ -1,0 +1,283 @@
+/*
+ * pipeline.c -- the asynchronous layer-wise pipeline (host sources):
+ * wait_layer only returns once the layer's bytes are in the slot, commit
+ * never precedes the last layer, back-pressure (wait and skip), and kill -9
+ * at random moments still recovers a complete checkpoint.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "pmckpt.h"
+#include "tap.h"
+
+#define LAYERS 6
+#define PER_LAYER 3
+
+static struct pmck_tensor_desc descs[LAYERS * PER_LAYER];
+static char names[LAYERS * PER_LAYER][32];
+static uint8_t *src[LAYERS * PER_LAYER];
+static size_t nbytes[LAYERS * PER_LAYER];
+static const size_t N = LAYERS * PER_LAYER;
+
+/* Tensor k of layer l: a 9 MiB matrix (two pieces), a 4 KiB vector, 3 floats. */
+static void
+make_layout(void)
+{
+	for (size_t i = 0; i < N; i++) {
+		unsigned l = i / PER_LAYER, k = i % PER_LAYER;
+		snprintf(names[i], sizeof(names[i]), "l%u.t%u", l, k);
+		descs[i] = (struct pmck_tensor_desc){.name = names[i], .dtype = PMCK_DTYPE_F32,
+				.ndim = 1, .layer = l};
+		descs[i].shape[0] = k == 0 ? (9u << 20) / 4 : k == 1 ? 1024 : 3;
+		nbytes[i] = descs[i].shape[0] * 4;
+		src[i] = malloc(nbytes[i]);
+	}
+}
+
+/* "Training": the contents of tensor i at step s. */
+static void
+update(size_t i, uint64_t step)
+{
+	uint64_t *w = (uint64_t *)src[i];
+	for (size_t k = 0; k < nbytes[i] / 8; k++)
+		w[k] = step * 0x9E3779B97F4A7C15ull ^ (i << 40) ^ k;
+	for (size_t k = nbytes[i] / 8 * 8; k < nbytes[i]; k++)
+		src[i][k] = (uint8_t)(step + i + k);
+}
+
+static int
+open_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
+		struct pmck_store **s)
+{
+	if (pma_region_open(path, 256 << 20, create ? PMA_REGION_CREATE : 0, r))
+		return -1;
+	if ((create ? pma_pool_create(*r, 0, pool) : pma_pool_open(*r, pool)) ||
+	    pmck_store_open_or_create(*pool, "p", descs, N, s)) {
+		diag("%s", pmck_errormsg());
+		return -1;
+	}
+	return 0;
+}
+
+static void
+close_store(struct pma_region **r, struct pma_pool **pool, struct pmck_store **s)
+{
+	pmck_store_close(s);
+	pma_pool_close(pool);
+	pma_region_close(r);
+}
+
+/* Does some slot hold tensor i with the contents of `step`? */
+static int
+slot_holds(struct pma_pool *pool, size_t i, uint64_t step, struct pmck_store *s)
+{
+	struct pmck_tensor_info ti;
+	void *data[2];
+
+	pmck_store_tensor(s, i, &ti);
+	pma_lookup(pool, "p.data0", &data[0], NULL);
+	pma_lookup(pool, "p.data1", &data[1], NULL);
+	update(i, step);
+	return !memcmp((char *)data[0] + ti.offset, src[i], nbytes[i]) ||
+	       !memcmp((char *)data[1] + ti.offset, src[i], nbytes[i]);
+}
+
+static void
+test_ordering(const char *path)
+{
+	struct pma_region *r, *r2;
+	struct pma_pool *pool, *pool2;
+	struct pmck_store *s, *s2;
+	struct pmck_pipeline *p;
+	struct pmck_recovery rec;
+
+	unlink(path);
+	open_store(path, 1, &r, &pool, &s);
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1};
+	is_int(pmck_pipeline_new(s, &o, &p), 0, "pipeline with 2 writers");
+	is_int(pmck_pipeline_put_layer(p, 0, (const void *const *)src), -EINVAL,
+			"put_layer before begin is refused");
+
+	int layer_ok = 1, early_commit = 0;
+	for (uint64_t step = 1; step <= 4; step++) {
+		is_int(pmck_pipeline_begin(p, step), 0, "begin step %llu", (unsigned long long)step);
+		for (unsigned l = 0; l < LAYERS; l++) {
+			for (size_t i = l * PER_LAYER; i < (l + 1) * PER_LAYER; i++)
+				update(i, step);
+			pmck_pipeline_put_layer(p, l, (const void *const *)src);
+			if (l == LAYERS - 2) {
+				/* A second view of the media: the checkpoint must not be published yet. */
+				open_store(path, 0, &r2, &pool2, &s2);
+				int got = pmck_store_recover(s2, &rec);
+				early_commit |= got == 0 && rec.step == step;
+				close_store(&r2, &pool2, &s2);
+			}
+		}
+		for (unsigned l = 0; l < LAYERS; l++) {
+			if (pmck_pipeline_wait_layer(p, l))
+				layer_ok = 0;
+			for (size_t i = l * PER_LAYER; i < (l + 1) * PER_LAYER; i++)
+				layer_ok &= slot_holds(pool, i, step, s);
+		}
+		is_int(pmck_pipeline_wait(p), 0, "step %llu committed", (unsigned long long)step);
+	}
+	ok(layer_ok, "after wait_layer(j) every tensor of layer j is in the slot");
+	ok(!early_commit, "no checkpoint was published before its last layer");
+	struct pmck_pipeline_stats st;
+	pmck_pipeline_stats(p, &st);
+	is_int(st.committed, 4, "4 commits counted");
+	is_int(st.last_step, 4, "last step 4");
+	pmck_pipeline_delete(&p);
+	ok(p == NULL, "delete clears the pointer");
+
+	is_int(pmck_store_recover(s, &rec), 0, "recover after the pipeline");
+	is_int(rec.step, 4, "recovered step 4");
+	close_store(&r, &pool, &s);
+}
+
+static void
+test_backpressure(const char *path, enum pmck_busy_policy policy)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_stats st;
+	struct pmck_recovery rec;
+	const char *what = policy == PMCK_BUSY_WAIT ? "wait" : "skip";
+
+	unlink(path);
+	open_store(path, 1, &r, &pool, &s);
+	/* One writer makes the first checkpoint take long enough to still be in flight. */
+	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .on_busy = policy};
+	pmck_pipeline_new(s, &o, &p);
+	pmck_pipeline_begin(p, 1);
+	for (unsigned l = 0; l < LAYERS; l++)
+		pmck_pipeline_put_layer(p, l, (const void *const *)src);
+	int ret = pmck_pipeline_begin(p, 2);
+	pmck_pipeline_stats(p, &st);
+	if (policy == PMCK_BUSY_WAIT) {
+		is_int(ret, 0, "%s: begin while busy succeeds", what);
+		is_int(st.committed, 1, "%s: ... after the previous checkpoint committed", what);
+	} else {
+		is_int(ret, PMCK_SKIPPED, "%s: begin while busy returns PMCK_SKIPPED", what);
+		is_int(st.skipped, 1, "%s: one skip counted", what);
+	}
+	int put = 0;
+	for (unsigned l = 0; l < LAYERS; l++)
+		put |= pmck_pipeline_put_layer(p, l, (const void *const *)src);
+	is_int(put, policy == PMCK_BUSY_WAIT ? 0 : PMCK_SKIPPED, "%s: put_layer result", what);
+	is_int(pmck_pipeline_wait(p), 0, "%s: wait", what);
+	pmck_pipeline_delete(&p);
+	pmck_store_recover(s, &rec);
+	is_int(rec.step, policy == PMCK_BUSY_WAIT ? 2 : 1, "%s: recovered step", what);
+	close_store(&r, &pool, &s);
+}
+
+/* Child: checkpoint every step through the pipeline, report each commit on fd. */
+static void
+crash_child(const char *path, int fd)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_recovery rec;
+	uint64_t step = 1;
+
+	if (open_store(path, 0, &r, &pool, &s))
+		_exit(2);
+	if (pmck_store_recover(s, &rec) == 0)
+		step = rec.step + 1;
+	pmck_pipeline_new(s, NULL, &p);
+	for (;; step++) {
+		pmck_pipeline_begin(p, step);
+		for (unsigned l = 0; l < LAYERS; l++) {
+			pmck_pipeline_wait_layer(p, l);
+			for (size_t i = l * PER_LAYER; i < (l + 1) * PER_LAYER; i++)
+				update(i, step);
+			pmck_pipeline_put_layer(p, l, (const void *const *)src);
+		}
+		if (pmck_pipeline_wait(p))
+			_exit(3);
+		if (write(fd, &step, sizeof(step)) != sizeof(step))
+			_exit(4);
+	}
+}
+
+static void
+test_crash(const char *path, int trials)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_recovery rec;
+	int bad = 0, recovered = 0;
+
+	unlink(path);
+	open_store(path, 1, &r, &pool, &s);
+	close_store(&r, &pool, &s);
+	for (int t = 0; t < trials; t++) {
+		int fds[2];
+		if (pipe(fds))
+			break;
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(fds[0]);
+			crash_child(path, fds[1]);
+		}
+		close(fds[1]);
+		struct timespec d = {0, (5000 + rand() % 120000) * 1000L};
+		nanosleep(&d, NULL);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		uint64_t step, last = 0;
+		while (read(fds[0], &step, sizeof(step)) == sizeof(step))
+			last = step;
+		close(fds[0]);
+
+		open_store(path, 0, &r, &pool, &s);
+		int ret = pmck_store_recover(s, &rec);
+		if (ret == 0) {
+			recovered++;
+			int exact = rec.step >= last;
+			for (size_t i = 0; i < N && exact; i++) {
+				update(i, rec.step);
+				exact = !memcmp(pmck_store_tensor_data(s, i), src[i], nbytes[i]);
+			}
+			if (!exact) {
+				bad++;
+				diag("trial %d: recovered step %llu, last reported %llu, bit-exact no", t,
+						(unsigned long long)rec.step, (unsigned long long)last);
+			}
+		} else if (last) {
+			bad++;
+			diag("trial %d: nothing recovered after step %llu: %s", t,
+					(unsigned long long)last, pmck_errormsg());
+		}
+		close_store(&r, &pool, &s);
+	}
+	is_int(bad, 0, "%d kills during pipelined checkpoints: every recovery bit-exact and "
+			"not older than the last commit (%d recovered)", trials, recovered);
+}
+
+int
+main(void)
+{
+	const char *path = scratch_path("pipeline");
+	unsigned seed = (unsigned)time(NULL);
+
+	srand(seed);
+	diag("seed %u", seed);
+	make_layout();
+	test_ordering(path);
+	test_backpressure(path, PMCK_BUSY_WAIT);
+	test_backpressure(path, PMCK_BUSY_SKIP);
+	test_crash(path, 40);
+	unlink(path);
+	for (size_t i = 0; i < N; i++)
+		free(src[i]);
+	return done_testing();
+}

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pmck-pipebench -- what training waits for per checkpoint, and the GPU path's bandwidth.
+ *
+ * Host path: a GPT-2-medium-shaped layer list (fp32), a training loop with a
+ * synthetic compute delay per layer (sleep: the GPU would be computing),
+ * checkpointing every step.  Stall = time the loop is blocked per checkpoint:
+ *   async  pipeline (wait_layer + begin), layer-wise
+ *   sync   begin + write_all + commit of the whole state
+ *   write()+fsync of the same bytes to a file on disk
+ * GPU path (when a device is present): full checkpoints from device memory
+ * through each strategy, against cudaMemcpy D2H into ordinary pinned memory.
+ *
+ * Output: `bench: NAME VALUE UNIT` and `ratio: NAME VALUE` lines; # for context.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pmckpt.h"
+#ifdef PMCK_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define MAX_T 512
+
+static struct pmck_tensor_desc descs[MAX_T];
+static char names[MAX_T][48];
+static size_t nt;
+
+static double
+now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+add(const char *name, uint32_t layer, uint64_t d0, uint64_t d1)
+{
+	snprintf(names[nt], sizeof(names[nt]), "%s", name);
+	descs[nt] = (struct pmck_tensor_desc){.name = names[nt], .dtype = PMCK_DTYPE_F32,
+			.ndim = d1 ? 2 : 1, .shape = {d0, d1}, .layer = layer};
+	nt++;
+}
+
+/* GPT-2 medium: 24 blocks of d_model 1024; layer 0 = embeddings, 25 = final norm. */
+static void
+gpt2_layout(unsigned blocks)
+{
+	char n[48];
+	add("wte", 0, 50257, 1024);
+	add("wpe", 0, 1024, 1024);
+	for (unsigned b = 0; b < blocks; b++) {
+		static const struct { const char *n; uint64_t d0, d1; } t[] = {
+			{"ln_1.w", 1024, 0}, {"ln_1.b", 1024, 0}, {"attn.c_attn.w", 1024, 3072},
+			{"attn.c_attn.b", 3072, 0}, {"attn.c_proj.w", 1024, 1024}, {"attn.c_proj.b", 1024, 0},
+			{"ln_2.w", 1024, 0}, {"ln_2.b", 1024, 0}, {"mlp.c_fc.w", 1024, 4096},
+			{"mlp.c_fc.b", 4096, 0}, {"mlp.c_proj.w", 4096, 1024}, {"mlp.c_proj.b", 1024, 0},
+		};
+		for (unsigned k = 0; k < sizeof(t) / sizeof(t[0]); k++) {
+			snprintf(n, sizeof(n), "h.%u.%s", b, t[k].n);
+			add(n, b + 1, t[k].d0, t[k].d1);
+		}
+	}
+	add("ln_f.w", blocks + 1, 1024, 0);
+	add("ln_f.b", blocks + 1, 1024, 0);
+}
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "pmck-pipebench: %s: %s\n", what, pmck_errormsg());
+	exit(1);
+}
+
+static void
+sleep_ms(double ms)
+{
+	struct timespec d = {(time_t)(ms / 1000), (long)((ms - (time_t)(ms / 1000) * 1000) * 1e6)};
+	nanosleep(&d, NULL);
+}
+
+/* Median of n doubles (sorts in place). */
+static double
+median(double *v, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+			double t = v[k]; v[k] = v[k - 1]; v[k - 1] = t;
+		}
+	return v[n / 2];
+}
+
+int
+main(int argc, char **argv)
+{
+	unsigned blocks = 24, threads = 2, steps = 5;
+	double compute_ms = 10;
+	const char *dir = "/dev/shm", *disk = "/var/tmp";
+	int gpu_only = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--compute-ms") && i + 1 < argc) compute_ms = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+		else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc) disk = argv[++i];
+		else if (!strcmp(argv[i], "--gpu-only")) gpu_only = 1;
+		else {
+			fprintf(stderr, "usage: pmck-pipebench [--blocks N] [--threads N] [--steps N] "
+					"[--compute-ms MS] [--dir DIR] [--disk-dir DIR] [--gpu-only]\n");
+			return 2;
+		}
+	}
+	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2) {
+		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2\n");
+		return 2;
+	}
+	gpt2_layout(blocks);
+	uint32_t nlayers = blocks + 2;
+
+	char path[512], file[512];
+	snprintf(path, sizeof(path), "%s/pmck-pipebench-%d.pool", dir, (int)getpid());
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < nt; i++)
+		bytes += descs[i].shape[0] * (descs[i].ndim == 2 ? descs[i].shape[1] : 1) * 4;
+	if (pma_region_open(path, 2 * bytes + (64 << 20), PMA_REGION_CREATE, &r) ||
+	    pma_pool_create(r, 0, &pool) || pmck_store_create(pool, "bench", descs, nt, &s))
+		die("creating the store");
+	unlink(path); /* the mapping keeps it alive; nothing to clean up on exit */
+	printf("# %zu tensors in %u layers, %.1f MB per checkpoint, %u writer threads, "
+			"compute %.1f ms per layer, %u checkpointed steps, median per checkpoint\n",
+			nt, nlayers, bytes / 1e6, threads, compute_ms, steps);
+
+	void **src = calloc(nt, sizeof(*src));
+	for (size_t i = 0; i < nt; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		src[i] = malloc(ti.nbytes);
+		memset(src[i], (int)i, ti.nbytes);
+	}
+	double stall[64], t0;
+	struct pmck_ckpt *c;
+	if (steps > 64)
+		steps = 64;
+
+	if (!gpu_only) {
+		/* Async: the loop waits only in begin and wait_layer. */
+		struct pmck_pipeline *p;
+		struct pmck_pipeline_opts o = {.threads = threads, .numa_node = -1};
+		if (pmck_pipeline_new(s, &o, &p))
+			die("pipeline");
+		struct pmck_pipeline_stats st0, st1;
+		for (unsigned step = 1; step <= steps + 1; step++) {
+			pmck_pipeline_stats(p, &st0);
+			for (uint32_t l = 0; l < nlayers; l++) {
+				sleep_ms(compute_ms);
+				if (pmck_pipeline_wait_layer(p, l))
+					die("wait_layer");
+				if (l == 0 && pmck_pipeline_begin(p, step) != 0)
+					die("begin");
+				if (pmck_pipeline_put_layer(p, l, (const void *const *)src))
+					die("put_layer");
+			}
+			pmck_pipeline_stats(p, &st1);
+			if (step > 1) /* the first step includes warming up both slots */
+				stall[step - 2] = (st1.wait_ns - st0.wait_ns) * 1e-9;
+		}
+		if (pmck_pipeline_wait(p))
+			die("pipeline wait");
+		pmck_pipeline_delete(&p);
+		double async_stall = median(stall, (int)steps);
+
+		/* Sync: the whole state written and committed while the loop waits. */
+		for (unsigned step = 0; step < steps; step++) {
+			t0 = now();
+			if (pmck_store_begin(s, 1000 + step, &c) ||
+			    pmck_ckpt_write_all(c, (const void *const *)src, threads) || pmck_ckpt_commit(c))
+				die("sync checkpoint");
+			stall[step] = now() - t0;
+		}
+		double sync_stall = median(stall, (int)steps);
+
+		/* write()+fsync of the same bytes, as torch.save to a local disk would. */
+		snprintf(file, sizeof(file), "%s/pmck-pipebench-%d.bin", disk, (int)getpid());
+		for (unsigned step = 0; step < steps; step++) {
+			t0 = now();
+			int fd = open(file, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+			if (fd < 0) {
+				perror(file);
+				return 1;
+			}
+			for (size_t i = 0; i < nt; i++) {
+				struct pmck_tensor_info ti;
+				pmck_store_tensor(s, i, &ti);
+				for (uint64_t off = 0; off < ti.nbytes;) {
+					ssize_t w = write(fd, (char *)src[i] + off, ti.nbytes - off);
+					if (w <= 0) {
+						perror("write");
+						return 1;
+					}
+					off += (uint64_t)w;
+				}
+			}
+			if (fsync(fd)) {
+				perror("fsync");
+				return 1;
+			}
+			close(fd);
+			stall[step] = now() - t0;
+		}
+		unlink(file);
+		double wf_stall = median(stall, (int)steps);
+
+		printf("bench: async_stall_time %.6f s\n", async_stall);
+		printf("bench: sync_commit_stall_time %.6f s\n", sync_stall);
+		printf("bench: write_fsync_stall_time %.4f s\n", wf_stall);
+		printf("ratio: async_stall_time_vs_write_fsync %.6f\n", async_stall / wf_stall);
+		printf("ratio: async_stall_time_vs_sync_commit %.6f\n", async_stall / sync_stall);
+		printf("# goal: async_stall_time_vs_write_fsync <= 0.05\n");
+	}
+
+#ifdef PMCK_HAVE_CUDA
+	if (pmck_gpu_available(0)) {
+		printf("# GPU path skipped: %s\n", pmck_errormsg());
+	} else {
+		struct cudaDeviceProp prop;
+		cudaGetDeviceProperties(&prop, 0);
+		printf("# GPU: %s; %zu tensors, %.1f MB from device memory per checkpoint\n",
+				prop.name, nt, bytes / 1e6);
+		void **dsrc = calloc(nt, sizeof(*dsrc));
+		void *pinned;
+		if (cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault) != cudaSuccess)
+			die("cudaHostAlloc");
+		for (size_t i = 0; i < nt; i++) {
+			struct pmck_tensor_info ti;
+			pmck_store_tensor(s, i, &ti);
+			if (cudaMalloc(&dsrc[i], ti.nbytes) != cudaSuccess ||
+			    cudaMemcpy(dsrc[i], src[i], ti.nbytes, cudaMemcpyHostToDevice) != cudaSuccess)
+				die("cudaMalloc");
+		}
+		/* Baseline: cudaMemcpy D2H of every tensor into ordinary pinned memory. */
+		for (unsigned k = 0; k < steps; k++) {
+			t0 = now();
+			uint64_t off = 0;
+			for (size_t i = 0; i < nt; i++) {
+				struct pmck_tensor_info ti;
+				pmck_store_tensor(s, i, &ti);
+				cudaMemcpy((char *)pinned + off, dsrc[i], ti.nbytes, cudaMemcpyDeviceToHost);
+				off += ti.nbytes;
+			}
+			stall[k] = now() - t0;
+		}
+		double pinned_tput = bytes / median(stall, (int)steps) / 1e9;
+		printf("bench: pinned_d2h_tput %.2f GB/s\n", pinned_tput);
+
+		static const struct { enum pmck_source src; const char *name; } strat[] = {
+			{PMCK_SOURCE_GPU_DIRECT, "gpu_direct"}, {PMCK_SOURCE_GPU_KERNEL, "gpu_kernel"},
+			{PMCK_SOURCE_GPU_STAGED, "gpu_staged"}, {PMCK_SOURCE_GPU_SNAPSHOT, "gpu_snapshot"},
+		};
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		unsigned gthreads = cpus >= 8 ? 8 : (unsigned)cpus;
+		static uint64_t gstep = 100000;
+		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
+			struct pmck_pipeline *p;
+			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
+					.source = strat[k].src};
+			if (pmck_pipeline_new(s, &o, &p))
+				die(strat[k].name);
+			for (unsigned rep = 0; rep <= steps; rep++) {
+				t0 = now();
+				if (pmck_pipeline_begin(p, ++gstep))
+					die("begin");
+				for (uint32_t l = 0; l < nlayers; l++)
+					if (pmck_pipeline_put_layer(p, l, (const void *const *)dsrc))
+						die("put_layer");
+				if (pmck_pipeline_wait(p))
+					die("wait");
+				if (rep) /* rep 0 warms up */
+					stall[rep - 1] = now() - t0;
+			}
+			pmck_pipeline_delete(&p);
+			double tput = bytes / median(stall, (int)steps) / 1e9;
+			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
+			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
+		}
+		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
+				gthreads);
+		printf("# goal: gpu_direct_tput_vs_pinned_d2h >= 0.8\n");
+		for (size_t i = 0; i < nt; i++)
+			cudaFree(dsrc[i]);
+		cudaFreeHost(pinned);
+		free(dsrc);
+	}
+#else
+	printf("# GPU path skipped: built without CUDA\n");
+#endif
+	for (size_t i = 0; i < nt; i++)
+		free(src[i]);
+	free(src);
+	pmck_store_close(&s);
+	pma_pool_close(&pool);
+	pma_region_close(&r);
+	return 0;
+}
