@@ -132,6 +132,7 @@ demo: all
 
 bench: all
 	$(BUILD)/pmck-bench
+	$(BUILD)/pmck-pipebench
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
