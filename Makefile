@@ -23,7 +23,7 @@ DEPS    := libpmem2 libxxhash numa
 
 ifeq ($(SANITIZE),1)
 BUILD   ?= build/asan
-SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 else ifeq ($(TSAN),1)
 BUILD   ?= build/tsan
 SANFLAGS := -fsanitize=thread
@@ -47,7 +47,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90 (Hopper) code plus PTX for later GPUs to compile at load time.
 NVCCFLAGS ?= -O2 -g -std=c++17 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
+NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(foreach f,$(SANFLAGS),-Xcompiler $(f))
 
 PMALLOC_SRC := $(wildcard pmalloc/*.c)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
@@ -73,8 +73,6 @@ LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
 PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
 
 TRIALS ?= 10000
-comma := ,
-space := $(empty) $(empty)
 
 all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS)
 

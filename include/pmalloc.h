@@ -86,6 +86,13 @@ enum pma_region_kind {
 int pma_region_open(const char *path, size_t size, unsigned flags,
 		struct pma_region **out);
 
+/*
+ * pma_region_prefault -- populates the page tables of the whole mapping
+ * for writing (contents unchanged), as pma_region_open does.  Useful in a
+ * process forked after the open, whose page tables start empty.
+ */
+void pma_region_prefault(const struct pma_region *r);
+
 /* pma_region_close -- unmaps and frees *r and sets it to NULL (NULL: no-op). */
 void pma_region_close(struct pma_region **r);
 

@@ -164,7 +164,7 @@ int64_t pmck_store_find(const struct pmck_store *s, const char *name);
  * hold the newest complete checkpoint, and first invalidates that slot
  * durably (its seal is cleared) so that a crash while it is being
  * overwritten can never make it look complete.  step must be larger than
- * the newest committed step and below UINT64_MAX.
+ * the newest committed step and below INT64_MAX.
  * *out belongs to the store; it ends with commit or abort.
  * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step).
  */
@@ -191,8 +191,8 @@ int pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off,
 /*
  * pmck_ckpt_write_all -- writes every tensor, srcs[i] for tensor i, with
  * `threads` threads (0: the number of online CPUs, at most 8) splitting
- * large tensors by chunks.  Errors: those of pmck_ckpt_write_range, -EAGAIN
- * (threads could not be started).
+ * large tensors by chunks.  Errors: those of pmck_ckpt_write_range (the
+ * message is the failing worker's).
  */
 int pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs,
 		unsigned threads);
@@ -215,7 +215,8 @@ unsigned pmck_ckpt_slot(const struct pmck_ckpt *c);
  * pmck_ckpt_commit -- publishes the checkpoint: (1) drains the tensor data
  * to durability, (2) writes and persists the step and the checksums,
  * (3) stores the slot's seal word (one aligned 8-byte store) and persists
- * it.  When it returns 0 the checkpoint survives any crash.  On error the
+ * it.  After commit or abort the handle is dead: every pmck_ckpt_* call on
+ * it returns -EINVAL (NULL for tensor_ptr).  When it returns 0 the checkpoint survives any crash.  On error the
  * checkpoint stays in flight (abort it).
  * Errors: -EINVAL (a tensor was not fully written; the message names it).
  */

@@ -40,17 +40,28 @@ struct pma_region {
 static int
 open_or_create(const char *path, size_t size, unsigned flags, int *created)
 {
+	struct stat st;
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 
 	*created = 0;
-	if (fd >= 0 || errno != ENOENT)
-		return fd >= 0 ? fd : pma__err(-errno, "open %s: %s", path, strerror(errno));
+	if (fd < 0 && errno != ENOENT)
+		return pma__err(-errno, "open %s: %s", path, strerror(errno));
+	/*
+	 * An empty regular file is what a creation killed between open and
+	 * fallocate leaves: with CREATE it is sized like a new one.
+	 */
+	if (fd >= 0 && (!(flags & PMA_REGION_CREATE) || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+			st.st_size != 0))
+		return fd;
 	if (!(flags & PMA_REGION_CREATE))
 		return pma__err(-ENOENT, "%s does not exist (create it or pass a size)", path);
-	if (size == 0)
+	if (size == 0) {
+		if (fd >= 0)
+			close(fd);
 		return pma__err(-EINVAL, "cannot create %s with size 0", path);
-
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	}
+	if (fd < 0)
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return pma__err(-errno, "create %s: %s", path, strerror(errno));
 	*created = 1;
@@ -135,8 +146,8 @@ node_of_pages(const void *addr)
  * First touch of a fresh /dev/shm gigabyte ran at 0.33 GB/s against 20 GB/s
  * warm, so this belongs at open time, not in the first checkpoint.
  */
-static void
-prefault(struct pma_region *r)
+void
+pma_region_prefault(const struct pma_region *r)
 {
 	if (madvise(r->addr, r->size, MADV_POPULATE_WRITE) == 0)
 		return;
@@ -192,7 +203,7 @@ pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region
 		goto fail;
 	}
 	if (!(flags & PMA_REGION_NO_PREFAULT))
-		prefault(r);
+		pma_region_prefault(r);
 	if (r->numa_node < 0)
 		r->numa_node = node_of_pages(r->addr);
 	*out = r;

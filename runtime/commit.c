@@ -14,7 +14,6 @@
  * seal can be.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +31,16 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 	if (step >= (uint64_t)INT64_MAX)
 		return pma__err(-EINVAL, "step %llu is too large", (unsigned long long)step);
 
+	/*
+	 * Overwriting "the other slot" is only safe if the newest sealed slot
+	 * really verifies; otherwise the other one may be the only good
+	 * checkpoint.  So the first begin after open verifies, once.
+	 */
+	if (!s->verified) {
+		int ret = pmck_store_recover(s, NULL);
+		if (ret && ret != PMCK_E_NO_CHECKPOINT)
+			return ret;
+	}
 	/* A slot that failed verification holds nothing worth keeping. */
 	int64_t st[2];
 	for (unsigned k = 0; k < 2; k++)
@@ -62,6 +71,15 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 	return 0;
 }
 
+/* A handle is usable from begin until commit or abort. */
+static int
+check_live(const struct pmck_ckpt *c)
+{
+	if (!c || !c->store || !c->store->in_flight || c != &c->store->ckpt)
+		return pma__err(-EINVAL, "checkpoint handle used after commit or abort");
+	return 0;
+}
+
 uint64_t pmck_ckpt_step(const struct pmck_ckpt *c) { return c->step; }
 unsigned pmck_ckpt_slot(const struct pmck_ckpt *c) { return c->slot; }
 
@@ -69,6 +87,9 @@ int
 pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off, const void *src,
 		uint64_t len)
 {
+	int ret = check_live(c);
+	if (ret)
+		return ret;
 	struct pmck_store *s = c->store;
 
 	if (idx >= s->hdr->ntensors)
@@ -97,6 +118,9 @@ pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off, const void 
 int
 pmck_ckpt_write(struct pmck_ckpt *c, size_t idx, const void *src)
 {
+	int ret = check_live(c);
+	if (ret)
+		return ret;
 	struct pmck_store *s = c->store;
 
 	if (idx >= s->hdr->ntensors)
@@ -108,6 +132,8 @@ pmck_ckpt_write(struct pmck_ckpt *c, size_t idx, const void *src)
 void *
 pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx)
 {
+	if (check_live(c))
+		return NULL;
 	struct pmck_store *s = c->store;
 
 	if (idx >= s->hdr->ntensors) {
@@ -138,6 +164,9 @@ pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len)
 int
 pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx)
 {
+	int ret = check_live(c);
+	if (ret)
+		return ret;
 	struct pmck_store *s = c->store;
 
 	if (idx >= s->hdr->ntensors)
@@ -148,89 +177,28 @@ pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx)
 
 /* ------------------------------------------------- pmck_ckpt_write_all */
 
-struct write_job {
-	uint32_t tensor;
-	uint64_t off, len;
-};
-
 struct write_all {
 	struct pmck_ckpt *ckpt;
 	const void *const *srcs;
-	struct write_job *jobs;
-	size_t njobs;
-	atomic_size_t next;
-	atomic_int error;
 };
 
-static void *
-write_worker(void *arg)
+static int
+write_piece(void *arg, uint32_t tensor, uint64_t off, uint64_t len)
 {
 	struct write_all *w = arg;
-	size_t j;
-
-	while ((j = atomic_fetch_add(&w->next, 1)) < w->njobs &&
-	       !atomic_load_explicit(&w->error, memory_order_relaxed)) {
-		const struct write_job *job = &w->jobs[j];
-		int ret = pmck_ckpt_write_range(w->ckpt, job->tensor, job->off,
-				(const char *)w->srcs[job->tensor] + job->off, job->len);
-		if (ret)
-			atomic_store(&w->error, ret);
-	}
-	return NULL;
-}
-
-static int
-cmp_job_offset(const void *a, const void *b, void *arg)
-{
-	const struct tmap_entry *t = arg;
-	const struct write_job *x = a, *y = b;
-	uint64_t ox = t[x->tensor].offset + x->off, oy = t[y->tensor].offset + y->off;
-	return ox < oy ? -1 : ox > oy;
+	return pmck_ckpt_write_range(w->ckpt, tensor, off, (const char *)w->srcs[tensor] + off, len);
 }
 
 int
 pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs, unsigned threads)
 {
-	/* Pieces of 8 chunks: big enough to stream, small enough to balance threads. */
-	const uint64_t piece = 8 * PMCK_HASH_CHUNK;
-	struct pmck_store *s = c->store;
-	uint32_t n = s->hdr->ntensors;
-	struct write_all w = {.ckpt = c, .srcs = srcs};
+	struct write_all w = {c, srcs};
+	int ret = check_live(c);
 
-	if (threads == 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
-	}
-	size_t njobs = 0;
-	for (uint32_t i = 0; i < n; i++)
-		njobs += s->tmap[i].nbytes ? (s->tmap[i].nbytes + piece - 1) / piece : 1;
-	w.jobs = malloc(njobs * sizeof(*w.jobs));
-	if (!w.jobs)
-		return pma__err(-ENOMEM, "out of memory");
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t off = 0;
-		do {
-			uint64_t len = s->tmap[i].nbytes - off < piece ? s->tmap[i].nbytes - off : piece;
-			w.jobs[w.njobs++] = (struct write_job){i, off, len};
-			off += len;
-		} while (off < s->tmap[i].nbytes);
-	}
-	/* Layer order: the region is written front to back. */
-	qsort_r(w.jobs, w.njobs, sizeof(*w.jobs), cmp_job_offset, s->tmap);
-
-	pthread_t tid[8];
-	unsigned started = 0;
-	for (; started + 1 < threads && started < 8; started++)
-		if (pthread_create(&tid[started], NULL, write_worker, &w))
-			break;
-	write_worker(&w);
-	for (unsigned t = 0; t < started; t++)
-		pthread_join(tid[t], NULL);
-	free(w.jobs);
-	int ret = atomic_load(&w.error);
 	if (ret)
-		return pma__err_prefix(ret, "write_all");
-	return 0;
+		return ret;
+	ret = pmck__for_each_piece(c->store, threads, write_piece, &w);
+	return ret ? pma__err_prefix(ret, "write_all") : 0;
 }
 
 /* ------------------------------------------------------------- commit */
@@ -238,6 +206,9 @@ pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs, unsigned threa
 int
 pmck_ckpt_commit(struct pmck_ckpt *c)
 {
+	int ret = check_live(c);
+	if (ret)
+		return ret;
 	struct pmck_store *s = c->store;
 	uint32_t n = s->hdr->ntensors;
 	struct slot_hdr *slot = s->slot[c->slot];
@@ -276,5 +247,6 @@ void
 pmck_ckpt_abort(struct pmck_ckpt *c)
 {
 	/* The target's seal is already 0; the other slot was never touched. */
-	c->store->in_flight = 0;
+	if (c && c->store)
+		c->store->in_flight = 0;
 }

@@ -81,6 +81,7 @@ struct pmck_store {
 	size_t fused_block;         /* bytes hashed, then streamed, at a time */
 	int readable_slot;          /* recovered slot, -1 if none */
 	int bad_slot;               /* slot that failed verification, -1 if none */
+	int verified;               /* recover ran (or the store is new): bad_slot is known */
 	int in_flight;
 	struct pmck_ckpt ckpt;
 };
@@ -94,6 +95,12 @@ uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nb
 /* commit.c: bytes [off, off+len) of tensor idx were stored into the slot by
  * someone else (a GPU); flush them and hash them.  Chunk-aligned like write_range. */
 int pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
+
+/* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
+ * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */
+#define PMCK_MAX_WORKERS 8
+int pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
+		int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len), void *arg);
 
 /* checksum.c */
 uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,

@@ -6,15 +6,43 @@
 
 #include "internal.h"
 
-/* Index of the first tensor of slot k whose checksum fails, or -1. */
+struct verify {
+	const struct pmck_store *s;
+	unsigned slot;
+};
+
+/* Hashes the chunks of one piece into the store's chunk-hash array. */
+static int
+hash_piece(void *arg, uint32_t tensor, uint64_t off, uint64_t len)
+{
+	const struct verify *v = arg;
+	const struct pmck_store *s = v->s;
+	const char *p = s->data[v->slot] + s->tmap[tensor].offset;
+	uint64_t *hash = &s->chunk_hash[s->chunk_first[tensor]];
+
+	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
+		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+	}
+	return 0;
+}
+
+/*
+ * Index of the first tensor of slot k whose checksum fails, or -1.  The
+ * chunks are hashed on all CPUs; the chunk-hash array is free because no
+ * checkpoint is in flight.
+ */
 static int64_t
 verify_slot(const struct pmck_store *s, unsigned k)
 {
-	for (uint32_t i = 0; i < s->hdr->ntensors; i++) {
-		const struct tmap_entry *e = &s->tmap[i];
-		if (pmck_tensor_checksum(s->data[k] + e->offset, e->nbytes) != s->csum[k][i])
+	struct verify v = {s, k};
+
+	if (pmck__for_each_piece(s, 0, hash_piece, &v))
+		return 0; /* cannot hash (out of memory): do not trust the slot */
+	for (uint32_t i = 0; i < s->hdr->ntensors; i++)
+		if (pmck__combine(&s->chunk_hash[s->chunk_first[i]],
+				s->chunk_first[i + 1] - s->chunk_first[i]) != s->csum[k][i])
 			return i;
-	}
 	return -1;
 }
 
@@ -27,6 +55,7 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
 	s->readable_slot = -1;
 	s->bad_slot = -1;
+	s->verified = 1;
 
 	/* Candidates, newest first; a seal must agree with the step stored beside it. */
 	int64_t st[2];

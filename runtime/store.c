@@ -110,8 +110,12 @@ check_meta(const char *name, const char *meta, size_t meta_size, uint64_t data_s
 	if (meta_size < TMAP_OFF)
 		return pma__err(PMCK_E_CORRUPT, "store '%s': metadata of %zu bytes is too small",
 				name, meta_size);
-	if (memcmp(h->magic, STORE_MAGIC, sizeof(h->magic)))
+	static const char zero[sizeof(h->magic)];
+	/* meta is allocated zeroed: an all-zero magic is a create that never finished. */
+	if (!memcmp(h->magic, zero, sizeof(zero)))
 		return pma__err(-ENOENT, "store '%s' was never completed (interrupted create)", name);
+	if (memcmp(h->magic, STORE_MAGIC, sizeof(h->magic)))
+		return pma__err(PMCK_E_CORRUPT, "store '%s': bad magic in its metadata", name);
 	if (h->version != STORE_VERSION)
 		return pma__err(PMCK_E_VERSION, "store '%s' has version %u; this library reads %u",
 				name, h->version, STORE_VERSION);
@@ -244,6 +248,8 @@ pmck_store_create(struct pma_pool *p, const char *name, const struct pmck_tensor
 	pma_region_persist(pma_pool_region(p), h->magic, sizeof(h->magic));
 
 	ret = store_attach(p, name, meta, data[0], data[1], out);
+	if (!ret)
+		(*out)->verified = 1; /* both slots empty: nothing to verify */
 	goto out;
 fail:
 	pma__err_prefix(ret, "creating store '%s'", name);

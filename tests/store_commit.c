@@ -60,6 +60,9 @@ main(void)
 	unsigned slot1 = pmck_ckpt_slot(c);
 	is_int(pmck_ckpt_commit(c), 0, "commit step 1");
 
+	is_int(pmck_ckpt_write(c, 0, src[0]), -EINVAL, "a committed handle is dead: write refused");
+	is_int(pmck_ckpt_commit(c), -EINVAL, "... and commit refused");
+	ok(pmck_ckpt_tensor_ptr(c, 0) == NULL, "... and tensor_ptr gives NULL");
 	is_int(pmck_store_recover(s, &rec), 0, "recover");
 	is_int(rec.step, 1, "recovered step 1");
 	pmck_store_read(s, 0, got);
@@ -74,6 +77,7 @@ main(void)
 		fill(src[i], bytes[i], 100 + i);
 	pmck_ckpt_write_all(c, (const void *const *)src, 2);
 	pmck_ckpt_abort(c);
+	is_int(pmck_ckpt_commit(c), -EINVAL, "an aborted handle cannot commit");
 	is_int(pmck_store_recover(s, &rec), 0, "recover after abort");
 	is_int(rec.step, 1, "still step 1 after abort");
 

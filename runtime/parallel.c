@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * parallel.c -- running a function over every piece of every tensor of a
+ * store on a few threads: used to write a whole checkpoint and to verify
+ * one.  Pieces are multiples of PMCK_HASH_CHUNK, taken in slot order so
+ * the region streams front to back.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct run {
+	int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len);
+	void *arg;
+	struct pmck_piece *pieces;
+	size_t npieces;
+	atomic_size_t next;
+	atomic_int error;
+	pthread_mutex_t msg_lock;
+	char msg[256]; /* the first failing worker's message (messages are thread-local) */
+};
+
+struct pmck_piece {
+	uint32_t tensor;
+	uint64_t off, len, slot_off;
+};
+
+static void *
+worker(void *arg)
+{
+	struct run *r = arg;
+	size_t j;
+
+	while ((j = atomic_fetch_add(&r->next, 1)) < r->npieces &&
+	       !atomic_load_explicit(&r->error, memory_order_relaxed)) {
+		const struct pmck_piece *pc = &r->pieces[j];
+		int ret = r->fn(r->arg, pc->tensor, pc->off, pc->len);
+		int expected = 0;
+		if (ret && atomic_compare_exchange_strong(&r->error, &expected, ret)) {
+			pthread_mutex_lock(&r->msg_lock);
+			snprintf(r->msg, sizeof(r->msg), "%s", pma_errormsg());
+			pthread_mutex_unlock(&r->msg_lock);
+		}
+	}
+	return NULL;
+}
+
+static int
+cmp_slot_off(const void *a, const void *b)
+{
+	const struct pmck_piece *x = a, *y = b;
+	return x->slot_off < y->slot_off ? -1 : x->slot_off > y->slot_off;
+}
+
+int
+pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
+		int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len), void *arg)
+{
+	/* Pieces of 8 chunks: big enough to stream, small enough to balance threads. */
+	const uint64_t piece = 8 * PMCK_HASH_CHUNK;
+	uint32_t n = s->hdr->ntensors;
+	struct run r = {.fn = fn, .arg = arg, .msg_lock = PTHREAD_MUTEX_INITIALIZER};
+
+	if (threads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = cpus < 1 ? 1 : (unsigned)cpus;
+	}
+	if (threads > PMCK_MAX_WORKERS)
+		threads = PMCK_MAX_WORKERS;
+	size_t total = 0;
+	for (uint32_t i = 0; i < n; i++)
+		total += s->tmap[i].nbytes ? (s->tmap[i].nbytes + piece - 1) / piece : 1;
+	r.pieces = malloc(total * sizeof(*r.pieces));
+	if (!r.pieces)
+		return pma__err(-ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t off = 0;
+		do {
+			uint64_t len = s->tmap[i].nbytes - off < piece ? s->tmap[i].nbytes - off : piece;
+			r.pieces[r.npieces++] = (struct pmck_piece){i, off, len, s->tmap[i].offset + off};
+			off += len;
+		} while (off < s->tmap[i].nbytes);
+	}
+	qsort(r.pieces, r.npieces, sizeof(*r.pieces), cmp_slot_off);
+
+	pthread_t tid[PMCK_MAX_WORKERS];
+	unsigned started = 0;
+	for (; started + 1 < threads; started++)
+		if (pthread_create(&tid[started], NULL, worker, &r))
+			break; /* fewer helpers; the caller still works */
+	worker(&r);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tid[t], NULL);
+	free(r.pieces);
+	int ret = atomic_load(&r.error);
+	return ret ? pma__err(ret, "%s", r.msg) : 0;
+}
