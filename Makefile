@@ -19,7 +19,7 @@ SOVER   := 0
 
 CC      ?= cc
 PKG_CONFIG ?= pkg-config
-DEPS    := libpmem2 libxxhash numa
+DEPS    := libpmem2 libxxhash numa json-c libndctl libdaxctl libpci
 
 ifeq ($(SANITIZE),1)
 BUILD   ?= build/asan
@@ -50,11 +50,13 @@ NVCCFLAGS ?= -O2 -g -std=c++17 -gencode arch=compute_90,code=sm_90 \
 NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(foreach f,$(SANFLAGS),-Xcompiler $(f))
 
 PMALLOC_SRC := $(wildcard pmalloc/*.c)
+DDIO_SRC    := $(wildcard ddio/*.c)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
 TOOL_SRC    := $(wildcard tools/*.c)
 TEST_SRC    := $(wildcard tests/*.c)
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
+DDIO_OBJ    := $(DDIO_SRC:%.c=$(BUILD)/%.o)
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
@@ -68,7 +70,7 @@ RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
 endif
 TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
+LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
 LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
 PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
 
@@ -76,7 +78,7 @@ TRIALS ?= 10000
 
 all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h tests/*.h) | deps
+$(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h ddio/*.h tools/*.h tests/*.h) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -87,6 +89,9 @@ $(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h | deps
 $(BUILD)/libpmalloc.a: $(PMALLOC_OBJ)
 	$(AR) rcs $@ $^
 $(BUILD)/libpmckpt.a: $(RUNTIME_OBJ)
+	$(AR) rcs $@ $^
+$(BUILD)/libddio.a: $(DDIO_OBJ)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/libpmalloc.so.$(SOVER): $(PMALLOC_OBJ) pmalloc/pmalloc.sym
