@@ -279,6 +279,7 @@ int pmck_store_read(const struct pmck_store *s, size_t idx, void *dst);
  * through one of the GPU strategies (see docs/gpu.md).
  */
 struct pmck_pipeline;
+struct pmck_copyout;
 
 /* What pmck_pipeline_begin does while the previous checkpoint is still being written. */
 enum pmck_busy_policy {
@@ -301,6 +302,7 @@ struct pmck_pipeline_opts {
 	enum pmck_busy_policy on_busy;
 	enum pmck_source source;
 	int cuda_device;      /* GPU sources: the CUDA device of the sources */
+	struct pmck_copyout *copyout; /* if set, each commit is submitted for copy-out */
 };
 
 #define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */
@@ -377,6 +379,177 @@ void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st
  * without CUDA", "no CUDA driver", "no CUDA device").
  */
 int pmck_gpu_available(int device);
+
+/* ------------------------------------------- local backend selection */
+
+/* Where pmck_local_open put the store. */
+enum pmck_backend {
+	PMCK_BACKEND_DEVDAX = 0, /* a devdax device */
+	PMCK_BACKEND_FSDAX = 1,  /* a file with byte or cache-line granularity (DAX) */
+	PMCK_BACKEND_RAMDISK = 2,/* no PM: a file in node-local memory (tmpfs) or on disk */
+};
+
+struct pmck_local_opts {
+	const char *pm_path;      /* devdax device or file on fsdax; NULL: no PM, use the ramdisk */
+	const char *ramdisk_dir;  /* directory for the fallback file; NULL: /dev/shm */
+	const char *store_name;   /* NULL: "default" */
+	const struct pmck_tensor_desc *descs; /* the layout (required) */
+	size_t ndescs;
+};
+
+/* A region, its pool and one store, opened together. */
+struct pmck_local {
+	struct pma_region *region;
+	struct pma_pool *pool;
+	struct pmck_store *store;
+	enum pmck_backend backend;
+	char path[4096];          /* what was mapped */
+	char description[4608];   /* one line saying which backend and why */
+};
+
+/*
+ * pmck_local_open -- opens (or creates) the store on PM when pm_path is
+ * given, else on a ramdisk file <ramdisk_dir>/pmckpt-<store>.pool sized
+ * for two slots of the layout, with the same two-slot protocol; fills
+ * *out, whose `description` says which backend was chosen and why (a
+ * pm_path without DAX granularity is used, and reported as a ramdisk-like
+ * page-granularity backend).  Pools are created when the region holds
+ * none.  Errors: those of pma_region_open, pma_pool_open/create and
+ * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout).
+ */
+int pmck_local_open(const struct pmck_local_opts *opts, struct pmck_local *out);
+
+/* pmck_local_close -- closes store, pool and region of *l. */
+void pmck_local_close(struct pmck_local *l);
+
+/* ---------------------------------------------------------- copy-out */
+
+/*
+ * Copy-out writes each committed checkpoint, in the background, to a
+ * directory on a shared file system as one safetensors file per rank:
+ *
+ *   DIR/step-000000000042/rank-00000.safetensors   (tensors, and in
+ *       __metadata__: step, rank, world size, layout hash, checksums)
+ *   DIR/step-000000000042/COMPLETE                 (marker: the step is whole)
+ *
+ * Every file is written under a temporary name, fsync'd, renamed, and its
+ * directory fsync'd; a step exists for readers only once COMPLETE does.
+ * The newest `keep` complete steps are kept; older ones are deleted by the
+ * copier thread.  Leftovers of a crash (temporary files, steps without
+ * COMPLETE) are removed when the copier starts.
+ *
+ * While a slot is being copied, pmck_store_begin does not overwrite it:
+ * it waits (or, in a pipeline with PMCK_BUSY_SKIP, the checkpoint is
+ * skipped).
+ */
+struct pmck_copyout;
+
+struct pmck_copyout_opts {
+	const char *dir;     /* shared directory (created if missing) */
+	unsigned keep;       /* complete steps to keep; 0: 2 */
+	unsigned rank;       /* this process's rank */
+	unsigned world_size; /* ranks per step; 0: 1.  This rank writes COMPLETE only when 1 */
+	/* Called on the copier thread every ~64 MiB and at the end (may be NULL). */
+	void (*progress)(void *arg, uint64_t step, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+/*
+ * pmck_copyout_new -- starts the copier for store s (which must outlive
+ * it) and cleans the directory's leftovers.  Errors: -EINVAL, -errno of
+ * mkdir/opendir, -ENOMEM, -EAGAIN.
+ */
+int pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
+		struct pmck_copyout **out);
+
+/*
+ * pmck_copyout_submit -- queues the store's newest committed checkpoint
+ * for copy-out and returns at once.  Its slot is protected from being
+ * overwritten until the copy ends.  Errors: PMCK_E_NO_CHECKPOINT.
+ */
+int pmck_copyout_submit(struct pmck_copyout *c);
+
+/*
+ * pmck_copyout_wait -- waits until every submitted copy has ended; returns
+ * the first error since the last wait (0 if all succeeded).
+ */
+int pmck_copyout_wait(struct pmck_copyout *c);
+
+/* pmck_copyout_delete -- waits for queued copies, stops the copier, frees *c, sets it NULL. */
+void pmck_copyout_delete(struct pmck_copyout **c);
+
+/* Counters since pmck_copyout_new. */
+struct pmck_copyout_stats {
+	uint64_t copied;      /* steps written and published */
+	uint64_t bytes;       /* bytes written */
+	uint64_t deleted;     /* old steps removed by retention */
+	uint64_t last_step;   /* newest step copied (valid if copied) */
+	uint64_t busy_ns;     /* time spent writing and syncing */
+};
+void pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st);
+
+/* ------------------------------------------------------- safetensors */
+
+/*
+ * pmck_safetensors_write -- writes the store's recovered checkpoint (see
+ * pmck_store_recover) to `path` in safetensors format, atomically
+ * (temporary name, fsync, rename, fsync of the directory).  Errors:
+ * PMCK_E_NO_CHECKPOINT, -errno of the file operations.
+ */
+int pmck_safetensors_write(const struct pmck_store *s, const char *path, unsigned rank,
+		unsigned world_size);
+
+/* What a safetensors file written by pmckpt says about itself. */
+struct pmck_file_info {
+	uint64_t step;
+	unsigned rank, world_size;
+	uint64_t ntensors;
+	uint64_t data_bytes;
+	int has_checksums;    /* written by pmckpt: per-tensor checksums in __metadata__ */
+};
+
+/*
+ * pmck_safetensors_verify -- parses `path` (header, offsets, dtypes,
+ * shapes, file size) and, when it carries pmckpt checksums, checks every
+ * tensor against them.  *info may be NULL.  Errors: PMCK_E_CORRUPT with
+ * the reason (truncated, bad header, offsets outside the data, checksum
+ * mismatch naming the tensor), -errno of open/read.
+ */
+int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
+
+/*
+ * pmck_safetensors_import -- loads `path` into the store as checkpoint
+ * `step` (the file's own step if it has one, else the step argument):
+ * begin, one write per tensor, commit.  Tensors are matched by name and
+ * must have the store's dtype and shape; every tensor of the store must be
+ * present.  A file written by another tool (no checksums) is accepted.
+ * Errors: PMCK_E_LAYOUT (missing tensor, other dtype or shape),
+ * PMCK_E_CORRUPT, those of begin and commit.
+ */
+int pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step);
+
+/* ------------------------------------------------- two-tier recovery */
+
+enum pmck_tier { PMCK_TIER_LOCAL = 0, PMCK_TIER_SHARED = 1 };
+
+struct pmck_tier_recovery {
+	uint64_t step;
+	enum pmck_tier tier;
+	char path[4096];     /* the file loaded, for PMCK_TIER_SHARED */
+	char reason[512];    /* why this tier was chosen */
+};
+
+/*
+ * pmck_recover_tiers -- recovers the newest verified checkpoint of the
+ * local store; if there is none (the ramdisk was lost, the node replaced),
+ * imports the newest complete step of `shared_dir` for `rank` whose file
+ * verifies, trying older complete steps when one fails.  Fills *out with
+ * the step, the tier and the reason.  Afterwards the checkpoint is readable
+ * through pmck_store_tensor_data either way.
+ * Errors: PMCK_E_NO_CHECKPOINT (nothing usable in either tier).
+ */
+int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
+		struct pmck_tier_recovery *out);
 
 /*
  * pmck_tensor_checksum -- the checksum pmckpt stores for len bytes:

@@ -41,15 +41,17 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 		if (ret && ret != PMCK_E_NO_CHECKPOINT)
 			return ret;
 	}
-	/* A slot that failed verification holds nothing worth keeping. */
-	int64_t st[2];
-	for (unsigned k = 0; k < 2; k++)
-		st[k] = (int)k == s->bad_slot ? -1 : pmck__sealed_step(s, k);
-	unsigned newest = st[1] > st[0];
-	if (st[newest] >= 0 && step <= (uint64_t)st[newest])
+	int64_t newest;
+	unsigned target = pmck__begin_target(s, &newest);
+	if (newest >= 0 && step <= (uint64_t)newest)
 		return pma__err(-EINVAL, "step %llu is not after the newest checkpoint (step %lld)",
-				(unsigned long long)step, (long long)st[newest]);
-	unsigned target = st[newest] >= 0 ? !newest : 0;
+				(unsigned long long)step, (long long)newest);
+
+	/* A copier may be reading the target (an older checkpoint): wait until it is done. */
+	pthread_mutex_lock(&s->pin_lock);
+	while (s->pins[target])
+		pthread_cond_wait(&s->pin_cond, &s->pin_lock);
+	pthread_mutex_unlock(&s->pin_lock);
 
 	/*
 	 * Persist point: the target loses its seal before any of its bytes
@@ -78,6 +80,44 @@ check_live(const struct pmck_ckpt *c)
 	if (!c || !c->store || !c->store->in_flight || c != &c->store->ckpt)
 		return pma__err(-EINVAL, "checkpoint handle used after commit or abort");
 	return 0;
+}
+
+unsigned
+pmck__begin_target(struct pmck_store *s, int64_t *newest_step)
+{
+	/* A slot that failed verification holds nothing worth keeping. */
+	int64_t st[2];
+	for (unsigned k = 0; k < 2; k++)
+		st[k] = (int)k == s->bad_slot ? -1 : pmck__sealed_step(s, k);
+	unsigned newest = st[1] > st[0];
+	*newest_step = st[newest];
+	return st[newest] >= 0 ? !newest : 0;
+}
+
+void
+pmck__slot_pin(struct pmck_store *s, unsigned k)
+{
+	pthread_mutex_lock(&s->pin_lock);
+	s->pins[k]++;
+	pthread_mutex_unlock(&s->pin_lock);
+}
+
+void
+pmck__slot_unpin(struct pmck_store *s, unsigned k)
+{
+	pthread_mutex_lock(&s->pin_lock);
+	if (--s->pins[k] == 0)
+		pthread_cond_broadcast(&s->pin_cond);
+	pthread_mutex_unlock(&s->pin_lock);
+}
+
+int
+pmck__slot_pinned(struct pmck_store *s, unsigned k)
+{
+	pthread_mutex_lock(&s->pin_lock);
+	int pinned = s->pins[k] != 0;
+	pthread_mutex_unlock(&s->pin_lock);
+	return pinned;
 }
 
 uint64_t pmck_ckpt_step(const struct pmck_ckpt *c) { return c->step; }

@@ -6,6 +6,7 @@
 #ifndef PMCK_INTERNAL_H
 #define PMCK_INTERNAL_H 1
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -84,6 +85,10 @@ struct pmck_store {
 	int verified;               /* recover ran (or the store is new): bad_slot is known */
 	int in_flight;
 	struct pmck_ckpt ckpt;
+	/* Slots being read by a copier: begin must not overwrite them (see pmck__slot_pin). */
+	pthread_mutex_t pin_lock;
+	pthread_cond_t pin_cond;
+	unsigned pins[2];
 };
 
 /* layout.c */
@@ -95,6 +100,20 @@ uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nb
 /* commit.c: bytes [off, off+len) of tensor idx were stored into the slot by
  * someone else (a GPU); flush them and hash them.  Chunk-aligned like write_range. */
 int pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
+
+/* commit.c: the slot the next begin writes, and the newest good step (-1: none). */
+unsigned pmck__begin_target(struct pmck_store *s, int64_t *newest_step);
+/* commit.c: keep slot k from being overwritten (counted), and release it. */
+void pmck__slot_pin(struct pmck_store *s, unsigned k);
+void pmck__slot_unpin(struct pmck_store *s, unsigned k);
+int pmck__slot_pinned(struct pmck_store *s, unsigned k);
+
+/* safetensors.c: writes slot k (sealed, step) to path atomically; adds bytes written. */
+int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
+		const char *path, unsigned rank, unsigned world_size,
+		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes);
+/* safetensors.c: fsync of a directory, so a rename or unlink in it is durable. */
+int pmck__fsync_dir(const char *dir);
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */

@@ -170,6 +170,8 @@ finish_locked(struct pmck_pipeline *p)
 		ret = pmck_ckpt_commit(p->ckpt);
 	if (ret)
 		pmck_ckpt_abort(p->ckpt);
+	else if (p->opts.copyout)
+		ret = pmck_copyout_submit(p->opts.copyout); /* pins the new slot, returns at once */
 	pthread_mutex_lock(&p->lock);
 	if (!ret) {
 		p->stats.committed++;
@@ -320,7 +322,9 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 				p->nlayers - p->layers_put, p->nlayers);
 		goto out;
 	}
-	if (p->active && p->opts.on_busy == PMCK_BUSY_SKIP) {
+	int64_t newest;
+	if (p->opts.on_busy == PMCK_BUSY_SKIP &&
+	    (p->active || pmck__slot_pinned(p->store, pmck__begin_target(p->store, &newest)))) {
 		p->skipping = 1;
 		p->stats.skipped++;
 		ret = PMCK_SKIPPED;

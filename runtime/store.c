@@ -59,6 +59,8 @@ store_attach(struct pma_pool *p, const char *name, char *meta, char *data0, char
 	s->data[1] = data1;
 	s->readable_slot = -1;
 	s->bad_slot = -1;
+	pthread_mutex_init(&s->pin_lock, NULL);
+	pthread_cond_init(&s->pin_cond, NULL);
 	/*
 	 * Hash a block, then stream it out while it is still in the cache.
 	 * Measured on this project's 2-core machine: 256 KiB blocks amortise
@@ -294,6 +296,8 @@ pmck_store_close(struct pmck_store **sp)
 		return;
 	if (s->in_flight)
 		pmck_ckpt_abort(&s->ckpt);
+	pthread_mutex_destroy(&s->pin_lock);
+	pthread_cond_destroy(&s->pin_cond);
 	free(s->chunk_first);
 	free(s->chunk_hash);
 	free((void *)s->written);

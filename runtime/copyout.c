@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * copyout.c -- asynchronous copy of committed checkpoints to a shared
+ * directory, and retention of the newest K.
+ *
+ *   DIR/step-<12+ digits>/rank-<5 digits>.safetensors
+ *   DIR/step-<...>/COMPLETE        written last: the step is whole
+ *
+ * A submitted slot is pinned (pmck__slot_pin) until its copy ends, so
+ * begin never overwrites what the copier reads, and the copier only reads
+ * sealed slots, never one being written.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define QUEUE 4
+#define MARKER "COMPLETE"
+
+struct job {
+	unsigned slot;
+	uint64_t step;
+};
+
+struct pmck_copyout {
+	struct pmck_store *store;
+	struct pmck_copyout_opts o;
+	char dir[PATH_MAX];
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct job queue[QUEUE];
+	unsigned head, len;
+	int busy, stop;
+	int error;             /* first failure since the last wait */
+	struct pmck_copyout_stats stats;
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* "step-000000000042" -> 42; -1 for other names. */
+static int64_t
+step_of(const char *name)
+{
+	char *end;
+	if (strncmp(name, "step-", 5) || !name[5])
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(name + 5, &end, 10);
+	return errno || *end || v > INT64_MAX ? -1 : (int64_t)v;
+}
+
+static int
+step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf)
+{
+	int n = leaf ? snprintf(buf, len, "%s/step-%012" PRIu64 "/%s", dir, step, leaf)
+		     : snprintf(buf, len, "%s/step-%012" PRIu64, dir, step);
+	return n < 0 || (size_t)n >= len ? pma__err(-ENAMETOOLONG, "path too long under %s", dir) : 0;
+}
+
+/* Removes a step directory and what is in it, then makes that durable. */
+static int
+remove_step(const char *dir, const char *name)
+{
+	char path[PATH_MAX], file[PATH_MAX + 512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	DIR *d = opendir(path);
+	if (d) {
+		struct dirent *de;
+		/* The marker goes first: a crash halfway leaves an incomplete step, never a broken complete one. */
+		snprintf(file, sizeof(file), "%s/" MARKER, path);
+		unlink(file);
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+				snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
+				unlink(file);
+			}
+		closedir(d);
+	}
+	if (rmdir(path) && errno != ENOENT)
+		return pma__err(-errno, "remove %s: %s", path, strerror(errno));
+	return pmck__fsync_dir(dir);
+}
+
+struct step_list {
+	int64_t *step;
+	int *complete;
+	size_t n;
+};
+
+static int
+cmp_desc(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x > y ? -1 : x < y;
+}
+
+/* The steps in dir, newest first, each with whether its marker exists. */
+static int
+list_steps(const char *dir, struct step_list *l)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	size_t cap = 16;
+	char path[PATH_MAX];
+	struct stat st;
+
+	memset(l, 0, sizeof(*l));
+	if (!d)
+		return pma__err(-errno, "open %s: %s", dir, strerror(errno));
+	l->step = malloc(cap * sizeof(*l->step));
+	while (l->step && (de = readdir(d))) {
+		int64_t s = step_of(de->d_name);
+		if (s < 0)
+			continue;
+		if (l->n == cap)
+			l->step = realloc(l->step, (cap *= 2) * sizeof(*l->step));
+		if (l->step)
+			l->step[l->n++] = s;
+	}
+	closedir(d);
+	if (!l->step)
+		return pma__err(-ENOMEM, "out of memory");
+	qsort(l->step, l->n, sizeof(*l->step), cmp_desc);
+	l->complete = calloc(l->n + 1, sizeof(*l->complete));
+	if (!l->complete)
+		return pma__err(-ENOMEM, "out of memory");
+	for (size_t i = 0; i < l->n; i++)
+		l->complete[i] = !step_path(path, sizeof(path), dir, (uint64_t)l->step[i], MARKER) &&
+				 stat(path, &st) == 0;
+	return 0;
+}
+
+static void
+free_steps(struct step_list *l)
+{
+	free(l->step);
+	free(l->complete);
+}
+
+/*
+ * Keeps the newest `keep` complete steps; removes older complete steps and
+ * any incomplete step older than the oldest one kept.  With cleanup_all,
+ * every incomplete step goes (start-up: no writer is running).
+ */
+static int
+clean(struct pmck_copyout *c, int cleanup_all)
+{
+	struct step_list l;
+	int ret = list_steps(c->dir, &l);
+	unsigned kept = 0;
+	char name[64];
+
+	for (size_t i = 0; i < l.n && !ret; i++) {
+		int drop = l.complete[i] ? kept >= c->o.keep : cleanup_all || kept >= c->o.keep;
+		if (l.complete[i] && !drop)
+			kept++;
+		if (!drop)
+			continue;
+		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
+		ret = remove_step(c->dir, name);
+		if (!ret && l.complete[i]) {
+			pthread_mutex_lock(&c->lock);
+			c->stats.deleted++;
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	free_steps(&l);
+	return ret;
+}
+
+/* Writes the marker of a step atomically: temporary name, fsync, rename, fsync dir. */
+static int
+write_marker(const char *stepdir, uint64_t step, unsigned world)
+{
+	char tmp[PATH_MAX + 32], path[PATH_MAX + 32], text[128];
+	snprintf(path, sizeof(path), "%s/" MARKER, stepdir);
+	snprintf(tmp, sizeof(tmp), "%s/." MARKER ".tmp", stepdir);
+	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u}\n", step, world);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+	int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+	int err = errno;
+	close(fd);
+	if (!ok || rename(tmp, path)) {
+		err = ok ? errno : err;
+		unlink(tmp);
+		return pma__err(-err, "write %s: %s", path, strerror(err));
+	}
+	return pmck__fsync_dir(stepdir);
+}
+
+static int
+copy_one(struct pmck_copyout *c, const struct job *j)
+{
+	char stepdir[PATH_MAX], file[PATH_MAX], leaf[64];
+	uint64_t bytes = 0;
+	int ret;
+
+	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", c->o.rank);
+	if ((ret = step_path(stepdir, sizeof(stepdir), c->dir, j->step, NULL)) ||
+	    (ret = step_path(file, sizeof(file), c->dir, j->step, leaf)))
+		return ret;
+	if (mkdir(stepdir, 0755) && errno != EEXIST)
+		return pma__err(-errno, "mkdir %s: %s", stepdir, strerror(errno));
+	if ((ret = pmck__fsync_dir(c->dir)))
+		return ret;
+	ret = pmck__safetensors_write_slot(c->store, j->slot, j->step, file, c->o.rank,
+			c->o.world_size, c->o.progress, c->o.progress_arg, &bytes);
+	if (!ret && c->o.world_size == 1)
+		ret = write_marker(stepdir, j->step, 1);
+	pthread_mutex_lock(&c->lock);
+	c->stats.bytes += bytes;
+	if (!ret) {
+		c->stats.copied++;
+		c->stats.last_step = j->step;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+static void *
+copier(void *arg)
+{
+	struct pmck_copyout *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->stop && c->len == 0)
+			pthread_cond_wait(&c->cond, &c->lock);
+		if (c->len == 0)
+			break;
+		struct job j = c->queue[c->head];
+		c->busy = 1;
+		pthread_mutex_unlock(&c->lock);
+
+		uint64_t t0 = now_ns();
+		int ret = copy_one(c, &j);
+		pmck__slot_unpin(c->store, j.slot);
+		if (!ret)
+			ret = clean(c, 0);
+
+		pthread_mutex_lock(&c->lock);
+		c->stats.busy_ns += now_ns() - t0;
+		if (ret && !c->error)
+			c->error = ret;
+		c->head = (c->head + 1) % QUEUE;
+		c->len--;
+		c->busy = 0;
+		pthread_cond_broadcast(&c->cond);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int
+pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
+		struct pmck_copyout **out)
+{
+	if (!s || !opts || !opts->dir || !*opts->dir || !out)
+		return pma__err(-EINVAL, "pmck_copyout_new: store, opts->dir and out are required");
+	*out = NULL;
+	if (opts->world_size && opts->rank >= opts->world_size)
+		return pma__err(-EINVAL, "rank %u of a world of %u", opts->rank, opts->world_size);
+	struct pmck_copyout *c = calloc(1, sizeof(*c));
+	if (!c)
+		return pma__err(-ENOMEM, "out of memory");
+	c->store = s;
+	c->o = *opts;
+	if (!c->o.keep)
+		c->o.keep = 2;
+	if (!c->o.world_size)
+		c->o.world_size = 1;
+	snprintf(c->dir, sizeof(c->dir), "%s", opts->dir);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+
+	int ret = 0;
+	if (mkdir(c->dir, 0755) && errno != EEXIST)
+		ret = pma__err(-errno, "mkdir %s: %s", c->dir, strerror(errno));
+	/* Leftovers of a crash: only one rank cleans a shared step, and only when alone. */
+	if (!ret && c->o.world_size == 1)
+		ret = clean(c, 1);
+	if (!ret && pthread_create(&c->thread, NULL, copier, c))
+		ret = pma__err(-EAGAIN, "cannot start the copier thread");
+	if (ret) {
+		pthread_mutex_destroy(&c->lock);
+		pthread_cond_destroy(&c->cond);
+		free(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+int
+pmck_copyout_submit(struct pmck_copyout *c)
+{
+	struct pmck_store *s = c->store;
+	int64_t st0 = pmck__sealed_step(s, 0), st1 = pmck__sealed_step(s, 1);
+	unsigned slot = st1 > st0;
+	int64_t step = slot ? st1 : st0;
+
+	if (step < 0)
+		return pma__err(PMCK_E_NO_CHECKPOINT, "nothing committed to copy out");
+	pthread_mutex_lock(&c->lock);
+	while (c->len == QUEUE)
+		pthread_cond_wait(&c->cond, &c->lock);
+	/* Pinned before the caller can begin again: the next begin targets the other slot anyway. */
+	pmck__slot_pin(s, slot);
+	c->queue[(c->head + c->len) % QUEUE] = (struct job){slot, (uint64_t)step};
+	c->len++;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int
+pmck_copyout_wait(struct pmck_copyout *c)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->len)
+		pthread_cond_wait(&c->cond, &c->lock);
+	int ret = c->error;
+	c->error = 0;
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void
+pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st)
+{
+	pthread_mutex_lock(&c->lock);
+	*st = c->stats;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void
+pmck_copyout_delete(struct pmck_copyout **cp)
+{
+	struct pmck_copyout *c = cp ? *cp : NULL;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = 1;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+	*cp = NULL;
+}
+
+/* ------------------------------------------------- two-tier recovery */
+
+int
+pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
+		struct pmck_tier_recovery *out)
+{
+	struct pmck_recovery rec;
+	char local_why[384];
+	int ret = pmck_store_recover(s, &rec);
+
+	memset(out, 0, sizeof(*out));
+	if (ret == 0) {
+		out->step = rec.step;
+		out->tier = PMCK_TIER_LOCAL;
+		snprintf(out->reason, sizeof(out->reason), rec.rejected ?
+				"local store: step %llu verified (newer step %llu rejected: tensor '%s' "
+				"fails its checksum)" : "local store: step %llu verified",
+				(unsigned long long)rec.step, (unsigned long long)rec.rejected_step,
+				rec.rejected_tensor);
+		return 0;
+	}
+	snprintf(local_why, sizeof(local_why), "%s", pmck_errormsg());
+	if (!shared_dir)
+		return ret;
+
+	struct step_list l;
+	if ((ret = list_steps(shared_dir, &l)))
+		return pma__err_prefix(PMCK_E_NO_CHECKPOINT, "no local checkpoint (%s); shared "
+				"directory", local_why);
+	char leaf[64], path[PATH_MAX];
+	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", rank);
+	ret = PMCK_E_NO_CHECKPOINT;
+	for (size_t i = 0; i < l.n; i++) {
+		if (!l.complete[i] || step_path(path, sizeof(path), shared_dir, (uint64_t)l.step[i], leaf))
+			continue;
+		/* import checks every tensor against the file's checksums before committing it */
+		if (pmck_safetensors_import(s, path, (uint64_t)l.step[i]) == 0 &&
+		    pmck_store_recover(s, &rec) == 0) {
+			out->step = rec.step;
+			out->tier = PMCK_TIER_SHARED;
+			snprintf(out->path, sizeof(out->path), "%s", path);
+			snprintf(out->reason, sizeof(out->reason), "no verified local checkpoint (%s): "
+					"loaded step %llu from the shared directory", local_why,
+					(unsigned long long)rec.step);
+			ret = 0;
+			break;
+		}
+	}
+	free_steps(&l);
+	if (ret)
+		pma__err(ret, "no checkpoint: locally %s; no complete, verified step for rank %u in %s",
+				local_why, rank, shared_dir);
+	return ret;
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * local.c -- choosing the node-local backend: PM when a device or DAX file
+ * is given, otherwise a ramdisk file with the same two-slot protocol.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Pool bytes for two slots of the layout, their metadata and alignment slack. */
+static int
+pool_size_for(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
+{
+	uint64_t *nbytes = malloc(n * sizeof(*nbytes) + 1);
+	uint64_t *offset = malloc(n * sizeof(*offset) + 1);
+	int ret = nbytes && offset ? pmck__layout_check(d, n, nbytes)
+				   : pma__err(-ENOMEM, "out of memory");
+	if (!ret) {
+		uint64_t data = pmck__layout_place(d, nbytes, n, offset);
+		uint64_t slot = (data + PMA_LARGE_ALIGN - 1) / PMA_LARGE_ALIGN * PMA_LARGE_ALIGN;
+		uint64_t meta = TMAP_OFF + n * (sizeof(struct tmap_entry) + 16);
+		/* pool header + table (2 MiB), two slots, metadata, alignment of each allocation */
+		*size = 2 * slot + meta + 8 * (uint64_t)PMA_LARGE_ALIGN;
+	}
+	free(nbytes);
+	free(offset);
+	return ret;
+}
+
+/* True if the first page of the region is all zero: a device nobody formatted. */
+static int
+blank_header(const struct pma_region *r)
+{
+	const unsigned char *p = pma_region_addr(r);
+	for (size_t i = 0; i < 4096 && i < pma_region_size(r); i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+int
+pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
+{
+	const char *name = o && o->store_name ? o->store_name : "default";
+	uint64_t size;
+	int ret;
+
+	if (!o || !l || !o->descs)
+		return pma__err(-EINVAL, "pmck_local_open: opts with a layout and out are required");
+	memset(l, 0, sizeof(*l));
+	if ((ret = pool_size_for(o->descs, o->ndescs, &size)))
+		return ret;
+
+	if (o->pm_path) {
+		snprintf(l->path, sizeof(l->path), "%s", o->pm_path);
+		ret = pma_region_open(o->pm_path, 0, 0, &l->region);
+	} else {
+		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
+		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
+		    (int)sizeof(l->path))
+			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
+		ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+	}
+	if (ret)
+		return ret;
+
+	enum pma_granularity g = pma_region_granularity(l->region);
+	if (pma_region_kind(l->region) == PMA_REGION_DEVDAX) {
+		l->backend = PMCK_BACKEND_DEVDAX;
+		snprintf(l->description, sizeof(l->description), "PM: devdax %s (%s granularity)",
+				l->path, pma_granularity_name(g));
+	} else if (g != PMA_GRANULARITY_PAGE) {
+		l->backend = PMCK_BACKEND_FSDAX;
+		snprintf(l->description, sizeof(l->description), "PM: fsdax file %s (%s granularity)",
+				l->path, pma_granularity_name(g));
+	} else {
+		l->backend = PMCK_BACKEND_RAMDISK;
+		snprintf(l->description, sizeof(l->description), o->pm_path ?
+				"no PM: %s is not DAX-mapped (page granularity); used like a ramdisk, "
+				"durable only by msync" :
+				"no PM given: ramdisk fallback %s (page granularity); copy-out to a "
+				"shared file system keeps checkpoints beyond this node", l->path);
+	}
+
+	ret = pma_pool_open(l->region, &l->pool);
+	/* Format only what is blank: never a medium holding something else. */
+	if (ret == PMA_E_NOT_POOL && blank_header(l->region))
+		ret = pma_pool_create(l->region, 0, &l->pool);
+	if (!ret)
+		ret = pmck_store_open_or_create(l->pool, name, o->descs, o->ndescs, &l->store);
+	if (ret) {
+		pmck_local_close(l);
+		return pma__err_prefix(ret, "%s", o->pm_path ? o->pm_path : "ramdisk");
+	}
+	return 0;
+}
+
+void
+pmck_local_close(struct pmck_local *l)
+{
+	if (!l)
+		return;
+	pmck_store_close(&l->store);
+	pma_pool_close(&l->pool);
+	pma_region_close(&l->region);
+}
