@@ -484,7 +484,7 @@ struct pmck_copyout_stats {
 	uint64_t bytes;       /* bytes written */
 	uint64_t deleted;     /* old steps removed by retention */
 	uint64_t last_step;   /* newest step copied (valid if copied) */
-	uint64_t busy_ns;     /* time spent writing and syncing */
+	uint64_t busy_ns;     /* time spent writing, syncing and publishing files (not deleting) */
 };
 void pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st);
 

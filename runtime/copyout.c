@@ -253,12 +253,13 @@ copier(void *arg)
 
 		uint64_t t0 = now_ns();
 		int ret = copy_one(c, &j);
+		uint64_t copy_ns = now_ns() - t0;
 		pmck__slot_unpin(c->store, j.slot);
 		if (!ret)
 			ret = clean(c, 0);
 
 		pthread_mutex_lock(&c->lock);
-		c->stats.busy_ns += now_ns() - t0;
+		c->stats.busy_ns += copy_ns;
 		if (ret && !c->error)
 			c->error = ret;
 		c->head = (c->head + 1) % QUEUE;

@@ -100,7 +100,7 @@ median(double *v, int n)
 int
 main(int argc, char **argv)
 {
-	unsigned blocks = 24, threads = 2, steps = 5;
+	unsigned blocks = 24, threads = 2, steps = 5, every = 12;
 	double compute_ms = 10;
 	const char *dir = "/dev/shm", *disk = "/var/tmp";
 	int gpu_only = 0;
@@ -113,14 +113,15 @@ main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
 		else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc) disk = argv[++i];
 		else if (!strcmp(argv[i], "--gpu-only")) gpu_only = 1;
+		else if (!strcmp(argv[i], "--every") && i + 1 < argc) every = (unsigned)atoi(argv[++i]);
 		else {
 			fprintf(stderr, "usage: pmck-pipebench [--blocks N] [--threads N] [--steps N] "
-					"[--compute-ms MS] [--dir DIR] [--disk-dir DIR] [--gpu-only]\n");
+					"[--compute-ms MS] [--every N] [--dir DIR] [--disk-dir DIR] [--gpu-only]\n");
 			return 2;
 		}
 	}
-	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2) {
-		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2\n");
+	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2 || every < 1) {
+		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2, --every >= 1\n");
 		return 2;
 	}
 	gpt2_layout(blocks);
@@ -195,6 +196,7 @@ main(int argc, char **argv)
 		snprintf(file, sizeof(file), "%s/pmck-pipebench-%d.bin", disk, (int)getpid());
 		for (unsigned step = 0; step < steps; step++) {
 			t0 = now();
+			unlink(file); /* a new file each time, as copy-out writes */
 			int fd = open(file, O_CREAT | O_TRUNC | O_WRONLY, 0600);
 			if (fd < 0) {
 				perror(file);
@@ -228,6 +230,72 @@ main(int argc, char **argv)
 		printf("ratio: async_stall_time_vs_write_fsync %.6f\n", async_stall / wf_stall);
 		printf("ratio: async_stall_time_vs_sync_commit %.6f\n", async_stall / sync_stall);
 		printf("# goal: async_stall_time_vs_write_fsync <= 0.05\n");
+
+		/*
+		 * Copy-out: the same loop, checkpointing every `every` steps, with and
+		 * without the copier writing each checkpoint to disk-dir.  Stall here
+		 * is all time spent in pmckpt calls (begin, wait_layer, put_layer).
+		 */
+		double with_stall = 0, without_stall = 0, copy_tput = 0;
+		char shared[512];
+		snprintf(shared, sizeof(shared), "%s/pmck-pipebench-%d.shared", disk, (int)getpid());
+		for (int with = 0; with <= 1; with++) {
+			struct pmck_copyout *co = NULL;
+			struct pmck_copyout_opts co_opts = {.dir = shared, .keep = 1};
+			if (with && pmck_copyout_new(s, &co_opts, &co))
+				die("copy-out");
+			struct pmck_pipeline_opts o2 = {.threads = threads, .numa_node = -1, .copyout = co};
+			if (pmck_pipeline_new(s, &o2, &p))
+				die("pipeline");
+			static uint64_t cstep = 10000;
+			unsigned n = 0;
+			for (unsigned k = 0; k < (steps + 1) * every; k++) {
+				double blocked = 0;
+				int ckpt = k % every == 0;
+				for (uint32_t l = 0; l < nlayers; l++) {
+					sleep_ms(compute_ms);
+					t0 = now();
+					if (pmck_pipeline_wait_layer(p, l))
+						die("wait_layer");
+					if (ckpt && l == 0 && pmck_pipeline_begin(p, ++cstep) != 0)
+						die("begin");
+					if (ckpt && pmck_pipeline_put_layer(p, l, (const void *const *)src))
+						die("put_layer");
+					blocked += now() - t0;
+				}
+				if (ckpt && k) /* the first checkpoint warms up */
+					stall[n++] = blocked;
+			}
+			if (pmck_pipeline_wait(p))
+				die("pipeline wait");
+			pmck_pipeline_delete(&p);
+			if (with) {
+				struct pmck_copyout_stats cs;
+				if (pmck_copyout_wait(co))
+					die("copy-out");
+				pmck_copyout_stats(co, &cs);
+				copy_tput = cs.bytes / (cs.busy_ns * 1e-9) / 1e9;
+				pmck_copyout_delete(&co);
+				with_stall = median(stall, (int)n);
+				printf("# copy-out: %llu checkpoints, %.1f MB written, to %s\n",
+						(unsigned long long)cs.copied, cs.bytes / 1e6, shared);
+			} else {
+				without_stall = median(stall, (int)n);
+			}
+		}
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", shared);
+		if (system(cmd))
+			fprintf(stderr, "pmck-pipebench: could not remove %s\n", shared);
+		printf("bench: stall_without_copyout %.6f s\n", without_stall);
+		printf("bench: stall_with_copyout %.6f s\n", with_stall);
+		printf("bench: copyout_tput %.3f GB/s\n", copy_tput);
+		printf("bench: write_fsync_tput %.3f GB/s\n", bytes / wf_stall / 1e9);
+		printf("# write_fsync: the same bytes to a new file in %s (median of %u)\n", disk, steps);
+		printf("ratio: stall_time_with_copyout_vs_without %.4f\n", with_stall / without_stall);
+		printf("ratio: copyout_tput_vs_write_fsync %.4f\n", copy_tput / (bytes / wf_stall / 1e9));
+		printf("# checkpoint every %u steps; goals: stall ratio <= 1.10, copy-out >= 0.9 of write+fsync\n",
+				every);
 	}
 
 #ifdef PMCK_HAVE_CUDA
