@@ -100,7 +100,7 @@ $(BUILD)/libpmalloc.so.$(SOVER): $(PMALLOC_OBJ) pmalloc/pmalloc.sym
 	ln -sf libpmalloc.so.$(SOVER) $(BUILD)/libpmalloc.so
 $(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpmalloc.so.$(SOVER)
 	$(CC) -shared -Wl,-soname,libpmckpt.so.$(SOVER) -Wl,--version-script=runtime/pmckpt.sym \
-		$(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc $(LDLIBS)
+		-Wl,-rpath,'$$ORIGIN' $(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc $(LDLIBS)
 	ln -sf libpmckpt.so.$(SOVER) $(BUILD)/libpmckpt.so
 
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
