@@ -448,7 +448,8 @@ struct pmck_copyout_opts {
 	const char *dir;     /* shared directory (created if missing) */
 	unsigned keep;       /* complete steps to keep; 0: 2 */
 	unsigned rank;       /* this process's rank */
-	unsigned world_size; /* ranks per step; 0: 1.  This rank writes COMPLETE only when 1 */
+	unsigned world_size; /* ranks per step; 0: 1.  Rank 0 writes COMPLETE once all ranks' files exist */
+	unsigned marker_timeout_ms; /* rank 0's wait for the other ranks' files; 0: 600000 */
 	/* Called on the copier thread every ~64 MiB and at the end (may be NULL). */
 	void (*progress)(void *arg, uint64_t step, uint64_t done, uint64_t total);
 	void *progress_arg;
@@ -550,6 +551,109 @@ struct pmck_tier_recovery {
  */
 int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 		struct pmck_tier_recovery *out);
+
+/* ------------------------------------------------------ slot control */
+
+/*
+ * pmck_store_slot_step -- the step sealed in slot k (0 or 1), or -1 if the
+ * slot holds no complete checkpoint.  Reads the seal only: no verification.
+ */
+int64_t pmck_store_slot_step(const struct pmck_store *s, unsigned k);
+
+/*
+ * pmck_store_recover_step -- like pmck_store_recover, for the slot sealed
+ * with `step` (not necessarily the newest).  Errors: PMCK_E_NO_CHECKPOINT
+ * (no slot holds step, or it fails verification), -EBUSY.
+ */
+int pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
+
+/*
+ * pmck_store_discard_after -- durably unseals every slot whose step is
+ * larger than `step` (a checkpoint that the other ranks never committed),
+ * so that the next begin overwrites it and keeps `step`.  Errors: -EBUSY.
+ */
+int pmck_store_discard_after(struct pmck_store *s, uint64_t step);
+
+/* ------------------------------------------------------- multi-rank */
+
+/*
+ * A global checkpoint of step s exists when every rank has committed s in
+ * its own store.  Each rank may begin s+1 only once s is known to be
+ * globally committed, so every rank's two slots always hold the newest
+ * globally agreed step (see docs/multirank.md).  The agreement is an
+ * allreduce-min of the committed step, started at local commit and
+ * completed before the next begin, off the critical path.
+ *
+ * The collectives are the caller's (MPI: libpmckpt_mpi; torch.distributed:
+ * the Python binding).  Every call below is collective: all ranks call it
+ * in the same order.
+ */
+enum pmck_reduce_op { PMCK_REDUCE_MIN = 0, PMCK_REDUCE_MAX = 1 };
+
+struct pmck_collectives {
+	void *ctx;
+	unsigned rank, size;
+	/* In-place allreduce of one 64-bit unsigned integer; 0 or a negative error. */
+	int (*allreduce_u64)(void *ctx, uint64_t *value, enum pmck_reduce_op op);
+	int (*barrier)(void *ctx);
+	/*
+	 * Optional non-blocking allreduce (NULL: the agreement runs as a
+	 * blocking allreduce at the next begin).  start returns a request;
+	 * test sets *done (blocking until done if `wait`), and the result.
+	 */
+	int (*iallreduce_u64_start)(void *ctx, uint64_t value, enum pmck_reduce_op op, void **req);
+	int (*iallreduce_u64_test)(void *ctx, void *req, int wait, int *done, uint64_t *result);
+};
+
+struct pmck_global;
+
+/*
+ * pmck_global_new -- ties store s (outliving *out) to the group described
+ * by coll (copied).  Checks, collectively, that every rank has the same
+ * world size and the same layout hash: a mismatch fails on every rank
+ * with PMCK_E_LAYOUT or -EINVAL and a message, never a hang.
+ */
+int pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
+		struct pmck_global **out);
+void pmck_global_delete(struct pmck_global **g);
+
+/*
+ * pmck_global_begin -- completes the previous checkpoint's agreement (it
+ * has usually finished in the background), then pmck_store_begin.
+ * Errors: -EIO if the previous step was not committed by every rank (then
+ * recover with pmck_global_recover), those of pmck_store_begin and the
+ * collectives.
+ */
+int pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **out);
+
+/* pmck_global_commit -- pmck_ckpt_commit, then starts the agreement on its step. */
+int pmck_global_commit(struct pmck_global *g, struct pmck_ckpt *c);
+
+/*
+ * pmck_global_wait -- completes the agreement in flight; *step (may be
+ * NULL) receives the newest globally committed step (-1: none yet).
+ */
+int pmck_global_wait(struct pmck_global *g, int64_t *step);
+
+/* What pmck_global_recover agreed on. */
+struct pmck_global_recovery {
+	uint64_t step;         /* the step every rank loaded */
+	enum pmck_tier tier;   /* where this rank loaded it from */
+	char reason[512];
+};
+
+/*
+ * pmck_global_recover -- agrees with all ranks on the newest step that
+ * every rank can produce (allreduce-min over each rank's newest verified
+ * step, local slots first, then complete steps in shared_dir, which may be
+ * NULL), loads it on every rank (from the local slot, or this rank's file
+ * in shared_dir, e.g. after a node was replaced), discards local slots of
+ * newer steps, and (rank 0) removes newer, incomplete steps from
+ * shared_dir.  Errors: PMCK_E_NO_CHECKPOINT on every rank when some rank
+ * can produce nothing.
+ */
+int pmck_global_recover(struct pmck_global *g, const char *shared_dir,
+		struct pmck_global_recovery *out);
 
 /*
  * pmck_tensor_checksum -- the checksum pmckpt stores for len bytes:

@@ -10,7 +10,6 @@
  * begin never overwrites what the copier reads, and the copier only reads
  * sealed slots, never one being written.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -25,7 +24,6 @@
 #include "internal.h"
 
 #define QUEUE 4
-#define MARKER "COMPLETE"
 
 struct job {
 	unsigned slot;
@@ -54,106 +52,6 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* "step-000000000042" -> 42; -1 for other names. */
-static int64_t
-step_of(const char *name)
-{
-	char *end;
-	if (strncmp(name, "step-", 5) || !name[5])
-		return -1;
-	errno = 0;
-	unsigned long long v = strtoull(name + 5, &end, 10);
-	return errno || *end || v > INT64_MAX ? -1 : (int64_t)v;
-}
-
-static int
-step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf)
-{
-	int n = leaf ? snprintf(buf, len, "%s/step-%012" PRIu64 "/%s", dir, step, leaf)
-		     : snprintf(buf, len, "%s/step-%012" PRIu64, dir, step);
-	return n < 0 || (size_t)n >= len ? pma__err(-ENAMETOOLONG, "path too long under %s", dir) : 0;
-}
-
-/* Removes a step directory and what is in it, then makes that durable. */
-static int
-remove_step(const char *dir, const char *name)
-{
-	char path[PATH_MAX], file[PATH_MAX + 512];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	DIR *d = opendir(path);
-	if (d) {
-		struct dirent *de;
-		/* The marker goes first: a crash halfway leaves an incomplete step, never a broken complete one. */
-		snprintf(file, sizeof(file), "%s/" MARKER, path);
-		unlink(file);
-		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-				snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
-				unlink(file);
-			}
-		closedir(d);
-	}
-	if (rmdir(path) && errno != ENOENT)
-		return pma__err(-errno, "remove %s: %s", path, strerror(errno));
-	return pmck__fsync_dir(dir);
-}
-
-struct step_list {
-	int64_t *step;
-	int *complete;
-	size_t n;
-};
-
-static int
-cmp_desc(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x > y ? -1 : x < y;
-}
-
-/* The steps in dir, newest first, each with whether its marker exists. */
-static int
-list_steps(const char *dir, struct step_list *l)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	size_t cap = 16;
-	char path[PATH_MAX];
-	struct stat st;
-
-	memset(l, 0, sizeof(*l));
-	if (!d)
-		return pma__err(-errno, "open %s: %s", dir, strerror(errno));
-	l->step = malloc(cap * sizeof(*l->step));
-	while (l->step && (de = readdir(d))) {
-		int64_t s = step_of(de->d_name);
-		if (s < 0)
-			continue;
-		if (l->n == cap)
-			l->step = realloc(l->step, (cap *= 2) * sizeof(*l->step));
-		if (l->step)
-			l->step[l->n++] = s;
-	}
-	closedir(d);
-	if (!l->step)
-		return pma__err(-ENOMEM, "out of memory");
-	qsort(l->step, l->n, sizeof(*l->step), cmp_desc);
-	l->complete = calloc(l->n + 1, sizeof(*l->complete));
-	if (!l->complete)
-		return pma__err(-ENOMEM, "out of memory");
-	for (size_t i = 0; i < l->n; i++)
-		l->complete[i] = !step_path(path, sizeof(path), dir, (uint64_t)l->step[i], MARKER) &&
-				 stat(path, &st) == 0;
-	return 0;
-}
-
-static void
-free_steps(struct step_list *l)
-{
-	free(l->step);
-	free(l->complete);
-}
-
 /*
  * Keeps the newest `keep` complete steps; removes older complete steps and
  * any incomplete step older than the oldest one kept.  With cleanup_all,
@@ -162,8 +60,8 @@ free_steps(struct step_list *l)
 static int
 clean(struct pmck_copyout *c, int cleanup_all)
 {
-	struct step_list l;
-	int ret = list_steps(c->dir, &l);
+	struct pmck__steps l;
+	int ret = pmck__list_steps(c->dir, &l);
 	unsigned kept = 0;
 	char name[64];
 
@@ -174,14 +72,14 @@ clean(struct pmck_copyout *c, int cleanup_all)
 		if (!drop)
 			continue;
 		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
-		ret = remove_step(c->dir, name);
+		ret = pmck__remove_step(c->dir, name);
 		if (!ret && l.complete[i]) {
 			pthread_mutex_lock(&c->lock);
 			c->stats.deleted++;
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
-	free_steps(&l);
+	pmck__free_steps(&l);
 	return ret;
 }
 
@@ -190,8 +88,8 @@ static int
 write_marker(const char *stepdir, uint64_t step, unsigned world)
 {
 	char tmp[PATH_MAX + 32], path[PATH_MAX + 32], text[128];
-	snprintf(path, sizeof(path), "%s/" MARKER, stepdir);
-	snprintf(tmp, sizeof(tmp), "%s/." MARKER ".tmp", stepdir);
+	snprintf(path, sizeof(path), "%s/" PMCK_MARKER, stepdir);
+	snprintf(tmp, sizeof(tmp), "%s/." PMCK_MARKER ".tmp", stepdir);
 	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u}\n", step, world);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
@@ -207,6 +105,35 @@ write_marker(const char *stepdir, uint64_t step, unsigned world)
 	return pmck__fsync_dir(stepdir);
 }
 
+/*
+ * Rank 0 marks a step complete only when every rank's file exists: a file
+ * appears under its final name only after its data was fsync'd (rename
+ * after fsync, then the directory fsync'd by its writer), so existence
+ * means durable.  No collective is needed on the copier thread.
+ */
+static int
+await_ranks(struct pmck_copyout *c, uint64_t step)
+{
+	unsigned timeout = c->o.marker_timeout_ms ? c->o.marker_timeout_ms : 600000;
+	char path[PATH_MAX], leaf[64];
+	struct stat st;
+
+	for (unsigned r = 1; r < c->o.world_size; r++) {
+		snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", r);
+		int ret = pmck__step_path(path, sizeof(path), c->dir, step, leaf);
+		if (ret)
+			return ret;
+		for (unsigned waited = 0; stat(path, &st); waited += 10) {
+			if (waited >= timeout)
+				return pma__err(-ETIMEDOUT, "step %" PRIu64 ": rank %u's file did not "
+						"appear within %u ms; step left incomplete", step, r, timeout);
+			struct timespec d = {0, 10 * 1000000L};
+			nanosleep(&d, NULL);
+		}
+	}
+	return 0;
+}
+
 static int
 copy_one(struct pmck_copyout *c, const struct job *j)
 {
@@ -215,8 +142,8 @@ copy_one(struct pmck_copyout *c, const struct job *j)
 	int ret;
 
 	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", c->o.rank);
-	if ((ret = step_path(stepdir, sizeof(stepdir), c->dir, j->step, NULL)) ||
-	    (ret = step_path(file, sizeof(file), c->dir, j->step, leaf)))
+	if ((ret = pmck__step_path(stepdir, sizeof(stepdir), c->dir, j->step, NULL)) ||
+	    (ret = pmck__step_path(file, sizeof(file), c->dir, j->step, leaf)))
 		return ret;
 	if (mkdir(stepdir, 0755) && errno != EEXIST)
 		return pma__err(-errno, "mkdir %s: %s", stepdir, strerror(errno));
@@ -224,8 +151,10 @@ copy_one(struct pmck_copyout *c, const struct job *j)
 		return ret;
 	ret = pmck__safetensors_write_slot(c->store, j->slot, j->step, file, c->o.rank,
 			c->o.world_size, c->o.progress, c->o.progress_arg, &bytes);
-	if (!ret && c->o.world_size == 1)
-		ret = write_marker(stepdir, j->step, 1);
+	if (!ret && c->o.rank == 0)
+		ret = await_ranks(c, j->step);
+	if (!ret && c->o.rank == 0)
+		ret = write_marker(stepdir, j->step, c->o.world_size);
 	pthread_mutex_lock(&c->lock);
 	c->stats.bytes += bytes;
 	if (!ret) {
@@ -364,7 +293,7 @@ pmck_copyout_delete(struct pmck_copyout **cp)
 	c->stop = 1;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
-	pthread_join(c->thread, NULL);
+	pthread_join(c->thread, NULL); /* queued copies finish; rank 0 waits for the others' files */
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c);
@@ -396,15 +325,15 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 	if (!shared_dir)
 		return ret;
 
-	struct step_list l;
-	if ((ret = list_steps(shared_dir, &l)))
+	struct pmck__steps l;
+	if ((ret = pmck__list_steps(shared_dir, &l)))
 		return pma__err_prefix(PMCK_E_NO_CHECKPOINT, "no local checkpoint (%s); shared "
 				"directory", local_why);
 	char leaf[64], path[PATH_MAX];
 	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", rank);
 	ret = PMCK_E_NO_CHECKPOINT;
 	for (size_t i = 0; i < l.n; i++) {
-		if (!l.complete[i] || step_path(path, sizeof(path), shared_dir, (uint64_t)l.step[i], leaf))
+		if (!l.complete[i] || pmck__step_path(path, sizeof(path), shared_dir, (uint64_t)l.step[i], leaf))
 			continue;
 		/* import checks every tensor against the file's checksums before committing it */
 		if (pmck_safetensors_import(s, path, (uint64_t)l.step[i]) == 0 &&
@@ -419,7 +348,7 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 			break;
 		}
 	}
-	free_steps(&l);
+	pmck__free_steps(&l);
 	if (ret)
 		pma__err(ret, "no checkpoint: locally %s; no complete, verified step for rank %u in %s",
 				local_why, rank, shared_dir);

@@ -115,6 +115,20 @@ int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_
 /* safetensors.c: fsync of a directory, so a rename or unlink in it is durable. */
 int pmck__fsync_dir(const char *dir);
 
+/* shared_dir.c: a shared directory's steps, newest first, and whether each is complete. */
+#define PMCK_MARKER "COMPLETE"
+struct pmck__steps {
+	int64_t *step;
+	int *complete;
+	size_t n;
+};
+int pmck__list_steps(const char *dir, struct pmck__steps *l);
+void pmck__free_steps(struct pmck__steps *l);
+/* DIR/step-<step>[/leaf] into buf; -ENAMETOOLONG. */
+int pmck__step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf);
+/* Removes DIR/<name> (a step directory), marker first, and fsyncs DIR. */
+int pmck__remove_step(const char *dir, const char *name);
+
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */
 #define PMCK_MAX_WORKERS 8

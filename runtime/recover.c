@@ -94,6 +94,51 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 	return 0;
 }
 
+int64_t
+pmck_store_slot_step(const struct pmck_store *s, unsigned k)
+{
+	return k < 2 ? pmck__sealed_step(s, k) : -1;
+}
+
+int
+pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
+{
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	for (unsigned k = 0; k < 2; k++) {
+		if (pmck__sealed_step(s, k) != (int64_t)step)
+			continue;
+		int64_t bad = verify_slot(s, k);
+		if (bad >= 0)
+			return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s': step %llu fails at tensor "
+					"'%s'", s->name, (unsigned long long)step, s->tmap[bad].name);
+		s->readable_slot = (int)k;
+		s->verified = 1;
+		if (info)
+			*info = (struct pmck_recovery){.step = step, .slot = k};
+		return 0;
+	}
+	return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s' holds no step %llu", s->name,
+			(unsigned long long)step);
+}
+
+int
+pmck_store_discard_after(struct pmck_store *s, uint64_t step)
+{
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	for (unsigned k = 0; k < 2; k++) {
+		if (pmck__sealed_step(s, k) <= (int64_t)step)
+			continue;
+		/* Persist point: unsealed, the slot is free for the next begin. */
+		__atomic_store_n(&s->slot[k]->seal, 0, __ATOMIC_RELEASE);
+		pma_region_persist(s->region, &s->slot[k]->seal, sizeof(uint64_t));
+		if ((int)k == s->readable_slot)
+			s->readable_slot = -1;
+	}
+	return 0;
+}
+
 const void *
 pmck_store_tensor_data(const struct pmck_store *s, size_t idx)
 {

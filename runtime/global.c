@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * global.c -- one globally consistent step across ranks.
+ *
+ * Invariant: a rank begins step s+1 only after s is known to be committed
+ * by every rank (the allreduce-min of the committed steps equals s).  A
+ * rank's begin overwrites only its older slot, so every rank's two slots
+ * always hold the newest globally committed step: recovery can always
+ * agree on a step that every rank still has.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct pmck_global {
+	struct pmck_store *store;
+	struct pmck_collectives c;
+	int pending;          /* an agreement was started and not completed */
+	uint64_t pending_step;
+	void *req;
+	int64_t last_global;  /* newest step known committed everywhere, -1: none */
+};
+
+static int
+reduce(struct pmck_global *g, uint64_t *v, enum pmck_reduce_op op)
+{
+	int ret = g->c.allreduce_u64(g->c.ctx, v, op);
+	return ret ? pma__err(ret, "allreduce failed (%d)", ret) : 0;
+}
+
+int
+pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
+		struct pmck_global **out)
+{
+	if (!s || !coll || !coll->allreduce_u64 || !coll->barrier || !out || coll->size == 0 ||
+	    coll->rank >= coll->size)
+		return pma__err(-EINVAL, "pmck_global_new: store, collectives (allreduce, barrier, "
+				"rank < size) and out are required");
+	*out = NULL;
+	struct pmck_global *g = calloc(1, sizeof(*g));
+	if (!g)
+		return pma__err(-ENOMEM, "out of memory");
+	g->store = s;
+	g->c = *coll;
+	g->last_global = -1;
+
+	/* Every rank runs the same four reductions, whatever it finds: no rank can hang. */
+	uint64_t size_min = coll->size, size_max = coll->size;
+	uint64_t hash_min = pmck_store_layout_hash(s), hash_max = hash_min;
+	int ret = reduce(g, &size_min, PMCK_REDUCE_MIN);
+	if (!ret)
+		ret = reduce(g, &size_max, PMCK_REDUCE_MAX);
+	if (!ret)
+		ret = reduce(g, &hash_min, PMCK_REDUCE_MIN);
+	if (!ret)
+		ret = reduce(g, &hash_max, PMCK_REDUCE_MAX);
+	if (!ret && size_min != size_max)
+		ret = pma__err(-EINVAL, "ranks disagree on the world size (%" PRIu64 " .. %" PRIu64 ")",
+				size_min, size_max);
+	else if (!ret && hash_min != hash_max)
+		ret = pma__err(PMCK_E_LAYOUT, "ranks were started with different layouts (layout "
+				"hashes %016" PRIx64 " .. %016" PRIx64 "; this rank %016" PRIx64 ")",
+				hash_min, hash_max, pmck_store_layout_hash(s));
+	if (ret) {
+		free(g);
+		return ret;
+	}
+	*out = g;
+	return 0;
+}
+
+void
+pmck_global_delete(struct pmck_global **gp)
+{
+	if (!gp || !*gp)
+		return;
+	free(*gp);
+	*gp = NULL;
+}
+
+/* Completes the agreement in flight: did every rank commit pending_step? */
+static int
+complete(struct pmck_global *g)
+{
+	uint64_t v = g->pending_step;
+	int ret;
+
+	if (!g->pending)
+		return 0;
+	if (g->c.iallreduce_u64_start) {
+		int done = 0;
+		ret = g->c.iallreduce_u64_test(g->c.ctx, g->req, 1, &done, &v);
+		if (!ret && !done)
+			ret = -EIO;
+		if (ret)
+			ret = pma__err(ret, "completing the agreement on step %" PRIu64 " failed",
+					g->pending_step);
+	} else {
+		ret = reduce(g, &v, PMCK_REDUCE_MIN);
+	}
+	g->pending = 0;
+	if (ret)
+		return ret;
+	if (v != g->pending_step)
+		return pma__err(-EIO, "step %" PRIu64 " was not committed by every rank (the slowest "
+				"rank committed %" PRIu64 "); recover with pmck_global_recover",
+				g->pending_step, v);
+	g->last_global = (int64_t)v;
+	return 0;
+}
+
+int
+pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **out)
+{
+	int ret = complete(g);
+	return ret ? ret : pmck_store_begin(g->store, step, out);
+}
+
+int
+pmck_global_commit(struct pmck_global *g, struct pmck_ckpt *c)
+{
+	uint64_t step = pmck_ckpt_step(c);
+	int ret = pmck_ckpt_commit(c);
+
+	/*
+	 * A failed commit still takes part in the agreement (with the step
+	 * it has), so the other ranks learn that this step is not global.
+	 */
+	uint64_t mine = ret ? (g->last_global < 0 ? 0 : (uint64_t)g->last_global) : step;
+	g->pending = 1;
+	g->pending_step = step;
+	if (g->c.iallreduce_u64_start) {
+		int sret = g->c.iallreduce_u64_start(g->c.ctx, mine, PMCK_REDUCE_MIN, &g->req);
+		if (sret) {
+			g->pending = 0;
+			return pma__err(sret, "starting the agreement on step %" PRIu64 " failed", step);
+		}
+	} else if (ret) {
+		g->pending_step = mine; /* blocking mode reduces pending_step itself */
+	}
+	return ret;
+}
+
+int
+pmck_global_wait(struct pmck_global *g, int64_t *step)
+{
+	int ret = complete(g);
+	if (step)
+		*step = g->last_global;
+	return ret;
+}
+
+/* ------------------------------------------------------------ recovery */
+
+/* Encoded for an unsigned reduction: step + 1, 0 = nothing. */
+#define NONE 0
+
+struct candidates {
+	int64_t local[2];  /* sealed steps of the slots, -1 none */
+	struct pmck__steps shared;
+	int have_shared;
+};
+
+static int
+shared_file(const struct pmck_global *g, const char *dir, uint64_t step, char *path, size_t len)
+{
+	char leaf[64];
+	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", g->c.rank);
+	return pmck__step_path(path, len, dir, step, leaf);
+}
+
+/* Can this rank produce `step`: a verifying local slot, or a complete verified shared file? */
+static int
+can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd, uint64_t step)
+{
+	struct pmck_recovery rec;
+	char path[PATH_MAX];
+
+	for (unsigned k = 0; k < 2; k++)
+		if (cd->local[k] == (int64_t)step && pmck_store_recover_step(g->store, step, &rec) == 0)
+			return 1;
+	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
+		if (cd->shared.step[i] == (int64_t)step && cd->shared.complete[i] &&
+		    !shared_file(g, dir, step, path, sizeof(path)) &&
+		    pmck_safetensors_verify(path, NULL) == 0)
+			return 2;
+	return 0;
+}
+
+/* Newest step below `below` (encoded) that this rank might produce; NONE if none. */
+static uint64_t
+newest_below(const struct candidates *cd, uint64_t below)
+{
+	uint64_t best = NONE;
+	for (unsigned k = 0; k < 2; k++)
+		if (cd->local[k] >= 0 && (uint64_t)cd->local[k] + 1 < below &&
+		    (uint64_t)cd->local[k] + 1 > best)
+			best = (uint64_t)cd->local[k] + 1;
+	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
+		if (cd->shared.complete[i] && (uint64_t)cd->shared.step[i] + 1 < below &&
+		    (uint64_t)cd->shared.step[i] + 1 > best)
+			best = (uint64_t)cd->shared.step[i] + 1;
+	return best;
+}
+
+int
+pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_recovery *out)
+{
+	struct candidates cd = {0};
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	complete(g); /* every rank completes a request in flight; its outcome no longer matters */
+	for (unsigned k = 0; k < 2; k++)
+		cd.local[k] = pmck_store_slot_step(g->store, k);
+	cd.have_shared = dir && pmck__list_steps(dir, &cd.shared) == 0;
+
+	/*
+	 * Agree on the newest step every rank can produce: start from the
+	 * min of the ranks' newest candidates; while some rank cannot produce
+	 * the agreed step (its slot fails verification, say), every rank
+	 * offers its newest candidate below it and the group tries again.
+	 * All ranks run the same reductions in the same order.
+	 */
+	uint64_t agreed = newest_below(&cd, UINT64_MAX);
+	int source = 0;
+	ret = reduce(g, &agreed, PMCK_REDUCE_MIN);
+	while (!ret && agreed != NONE) {
+		source = can_produce(g, dir, &cd, agreed - 1);
+		uint64_t all = source ? 1 : 0;
+		if ((ret = reduce(g, &all, PMCK_REDUCE_MIN)) || all)
+			break;
+		uint64_t next = newest_below(&cd, agreed);
+		if ((ret = reduce(g, &next, PMCK_REDUCE_MIN)))
+			break;
+		agreed = next;
+	}
+	if (!ret && agreed == NONE)
+		ret = pma__err(PMCK_E_NO_CHECKPOINT, "no step that every rank can produce (rank %u has "
+				"local steps %lld/%lld%s)", g->c.rank, (long long)cd.local[0],
+				(long long)cd.local[1], cd.have_shared ? " and the shared directory" : "");
+	uint64_t step = agreed - 1;
+
+	/* Load it: newer local slots were never global and are discarded first. */
+	struct pmck_recovery rec;
+	if (!ret)
+		ret = pmck_store_discard_after(g->store, step);
+	if (!ret && source == 1) {
+		ret = pmck_store_recover_step(g->store, step, &rec);
+		out->tier = PMCK_TIER_LOCAL;
+		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);
+	} else if (!ret) {
+		char path[PATH_MAX];
+		if (!(ret = shared_file(g, dir, step, path, sizeof(path))) &&
+		    !(ret = pmck_safetensors_import(g->store, path, step)))
+			ret = pmck_store_recover_step(g->store, step, &rec);
+		out->tier = PMCK_TIER_SHARED;
+		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from %.400s (no local copy)",
+				step, path);
+	}
+	/* Every rank reports whether it loaded; one failure fails all. */
+	uint64_t ok = ret ? 0 : 1;
+	int cret = reduce(g, &ok, PMCK_REDUCE_MIN);
+	if (!ret && cret)
+		ret = cret;
+	else if (!ret && !ok)
+		ret = pma__err(PMCK_E_NO_CHECKPOINT, "another rank could not load step %" PRIu64, step);
+
+	/* Rank 0 drops newer steps from the shared directory: they are leftovers. */
+	if (!ret && g->c.rank == 0 && cd.have_shared)
+		for (size_t i = 0; i < cd.shared.n; i++)
+			if (cd.shared.step[i] > (int64_t)step) {
+				char name[64];
+				snprintf(name, sizeof(name), "step-%012" PRId64, cd.shared.step[i]);
+				pmck__remove_step(dir, name);
+			}
+	if (cd.have_shared)
+		pmck__free_steps(&cd.shared);
+	if (!ret) {
+		int bret = g->c.barrier(g->c.ctx);
+		if (bret)
+			ret = pma__err(bret, "barrier failed");
+	}
+	if (!ret) {
+		out->step = step;
+		g->last_global = (int64_t)step;
+	}
+	return ret;
+}
