@@ -49,6 +49,10 @@ NVCCFLAGS ?= -O2 -g -std=c++17 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
 NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(foreach f,$(SANFLAGS),-Xcompiler $(f))
 
+# MPI: libpmckpt_mpi (collectives over MPI) when mpicc is found, MPI=1 requires it, MPI=0 leaves it out.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+MPI     ?= $(if $(MPICC),1,0)
+
 PMALLOC_SRC := $(wildcard pmalloc/*.c)
 DDIO_SRC    := $(wildcard ddio/*.c)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
@@ -74,9 +78,18 @@ LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
 LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
 PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
 
+ifeq ($(MPI),1)
+ifeq ($(MPICC),)
+$(error MPI=1 but no mpicc found: install libopenmpi-dev or set MPICC)
+endif
+MPI_LIB     := $(BUILD)/libpmckpt_mpi.a
+MPI_TESTS   := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
+MPI_TOOLS   := $(patsubst tools/mpi/%.c,$(BUILD)/%,$(wildcard tools/mpi/*.c))
+endif
+
 TRIALS ?= 10000
 
-all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS)
+all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS) $(MPI_LIB) $(MPI_TOOLS)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h ddio/*.h tools/*.h tests/*.h) | deps
 	@mkdir -p $(@D)
@@ -103,6 +116,18 @@ $(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpm
 		-Wl,-rpath,'$$ORIGIN' $(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc $(LDLIBS)
 	ln -sf libpmckpt.so.$(SOVER) $(BUILD)/libpmckpt.so
 
+# libpmckpt_mpi and its test programs: compiled by mpicc, so the core never links MPI.
+$(BUILD)/mpi/%.o: mpi/%.c include/pmckpt.h include/pmckpt_mpi.h | deps
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS) -c -o $@ $<
+$(BUILD)/libpmckpt_mpi.a: $(patsubst mpi/%.c,$(BUILD)/mpi/%.o,$(wildcard mpi/*.c))
+	$(AR) rcs $@ $^
+$(MPI_TOOLS): $(BUILD)/%: tools/mpi/%.c $(MPI_LIB) $(LIBS_A)
+	$(MPICC) $(CFLAGS) -o $@ $< $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(LIBS_A) $(wildcard tests/*.h)
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS) -Itests -o $@ $< $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
+
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
 $(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
@@ -122,13 +147,21 @@ deps:
 	@$(PKG_CONFIG) --exists $(DEPS) || tools/install-deps
 .PHONY: deps
 
-tests: $(TESTS) $(TOOLS)
+tests: $(TESTS) $(TOOLS) $(MPI_TESTS)
 
 check: all tests
 	BUILD=$(BUILD) prove --exec '' $(TESTS) $(wildcard tests/*.sh)
 
+# The emulated-NVDIMM VM test alone, verbose, with a longer budget (tests/vm/run.sh).
+check-vm: all tests
+	BUILD=$(BUILD) PMCKPT_VM_BUDGET=$${PMCKPT_VM_BUDGET:-600} prove -v --exec '' tests/vm_nvdimm.sh
+
 soak: all tests
 	BUILD=$(BUILD) $(BUILD)/tests/crash_kill --trials $(TRIALS) --soak
+
+# Multi-rank kill trials under mpirun (about 2 s each).
+soak-mpi: all tests
+	MPI_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/mpi_multirank.sh
 
 demo: all
 	$(BUILD)/pmck-demo
@@ -136,19 +169,27 @@ demo: all
 bench: all
 	$(BUILD)/pmck-bench
 	$(BUILD)/pmck-pipebench
+	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 include/pmalloc.h include/pmckpt.h $(DESTDIR)$(INCDIR)
+	install -m 644 include/pmctl.h $(DESTDIR)$(INCDIR)
+	install -m 644 include/ddio.h $(DESTDIR)$(INCDIR)
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
 	install -m 755 $(LIBS_SO) $(DESTDIR)$(LIBDIR)
 	ln -sf libpmalloc.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmalloc.so
 	ln -sf libpmckpt.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmckpt.so
 	install -m 644 $(PCS) $(DESTDIR)$(PCDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
+ifeq ($(MPI),1)
+	install -m 644 include/pmckpt_mpi.h $(DESTDIR)$(INCDIR)
+	install -m 644 $(MPI_LIB) $(DESTDIR)$(LIBDIR)
+endif
 
 clean:
 	rm -rf build
 
-.PHONY: all tests check soak demo bench install clean
+.PHONY: all tests check soak soak-mpi demo bench install clean
+.PHONY: check-vm
 .SECONDARY:

@@ -391,7 +391,7 @@ enum pmck_backend {
 
 struct pmck_local_opts {
 	const char *pm_path;      /* devdax device or file on fsdax; NULL: no PM, use the ramdisk */
-	const char *ramdisk_dir;  /* directory for the fallback file; NULL: /dev/shm */
+	const char *ramdisk_dir;  /* directory for the fallback file (created if missing); NULL: /dev/shm */
 	const char *store_name;   /* NULL: "default" */
 	const struct pmck_tensor_desc *descs; /* the layout (required) */
 	size_t ndescs;
@@ -628,6 +628,14 @@ int pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **o
 
 /* pmck_global_commit -- pmck_ckpt_commit, then starts the agreement on its step. */
 int pmck_global_commit(struct pmck_global *g, struct pmck_ckpt *c);
+
+/*
+ * pmck_global_progress -- lets the agreement in flight advance without
+ * blocking (MPI makes progress only inside MPI calls): call it now and
+ * then during compute, e.g. once per layer.  Returns 0, or the agreement's
+ * error.  Not collective.
+ */
+int pmck_global_progress(struct pmck_global *g);
 
 /*
  * pmck_global_wait -- completes the agreement in flight; *step (may be

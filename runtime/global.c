@@ -83,9 +83,9 @@ pmck_global_delete(struct pmck_global **gp)
 	*gp = NULL;
 }
 
-/* Completes the agreement in flight: did every rank commit pending_step? */
+/* Completes (or, unless wait, tries to) the agreement: did every rank commit pending_step? */
 static int
-complete(struct pmck_global *g)
+settle(struct pmck_global *g, int wait)
 {
 	uint64_t v = g->pending_step;
 	int ret;
@@ -94,9 +94,12 @@ complete(struct pmck_global *g)
 		return 0;
 	if (g->c.iallreduce_u64_start) {
 		int done = 0;
-		ret = g->c.iallreduce_u64_test(g->c.ctx, g->req, 1, &done, &v);
-		if (!ret && !done)
+		ret = g->c.iallreduce_u64_test(g->c.ctx, g->req, wait, &done, &v);
+		if (!ret && !done) {
+			if (!wait)
+				return 0; /* still in flight */
 			ret = -EIO;
+		}
 		if (ret)
 			ret = pma__err(ret, "completing the agreement on step %" PRIu64 " failed",
 					g->pending_step);
@@ -112,6 +115,18 @@ complete(struct pmck_global *g)
 				g->pending_step, v);
 	g->last_global = (int64_t)v;
 	return 0;
+}
+
+static int
+complete(struct pmck_global *g)
+{
+	return settle(g, 1);
+}
+
+int
+pmck_global_progress(struct pmck_global *g)
+{
+	return settle(g, 0);
 }
 
 int

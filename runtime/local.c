@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -61,6 +62,8 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		ret = pma_region_open(o->pm_path, 0, 0, &l->region);
 	} else {
 		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
+		if (mkdir(dir, 0700) && errno != EEXIST)
+			return pma__err(-errno, "mkdir %s: %s", dir, strerror(errno));
 		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
 		    (int)sizeof(l->path))
 			return pma__err(-ENAMETOOLONG, "ramdisk path too long");

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pmckpt_mpi.h -- pmckpt's collectives over MPI (libpmckpt_mpi), so the
+ * core library never links MPI.
+ *
+ *   MPI_Init_thread(...);
+ *   static MPI_Comm world;   (outlives the collectives: they point to it)
+ *   world = MPI_COMM_WORLD;
+ *   struct pmck_collectives coll;
+ *   pmck_mpi_collectives(&world, &coll);
+ *   pmck_global_new(store, &coll, &g);
+ *
+ * The agreement uses MPI_Iallreduce (started at commit) and MPI_Test/Wait
+ * (at the next begin), both from the thread that calls pmck_global_*, so
+ * MPI_THREAD_FUNNELED is enough.
+ */
+#ifndef PMCKPT_MPI_H
+#define PMCKPT_MPI_H 1
+
+#include <mpi.h>
+
+#include "pmckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * pmck_mpi_collectives -- fills *out for the communicator *comm; out keeps
+ * the pointer, so *comm must stay valid while *out is used.  Errors:
+ * -EINVAL (MPI not initialised, NULL arguments).
+ */
+int pmck_mpi_collectives(MPI_Comm *comm, struct pmck_collectives *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
