@@ -170,9 +170,11 @@ int pma_ns_state_read(struct pma_ns_state **out);
 
 /*
  * pma_ns_state_from_json -- builds a state from the JSON that
- * pma_ns_state_to_json() writes (without PMA_NS_JSON_HUMAN).  Unknown
- * fields are ignored, missing ones take neutral defaults.  Used to plan
- * against a described node, and by the tests.
+ * pma_ns_state_to_json() writes without PMA_NS_JSON_HUMAN (sizes are
+ * numbers, or "992M"-style strings; the rounded "992.00 MiB" strings of
+ * the human form are refused).  Unknown fields are ignored, missing ones
+ * take neutral defaults (a region is pmem, labelled, enabled; nodes -1).
+ * Used to plan against a described node, and by the tests.
  * Errors: -EINVAL (not JSON, or not a listing: the message says where).
  */
 int pma_ns_state_from_json(const char *text, struct pma_ns_state **out);
@@ -283,8 +285,9 @@ int pma_prov_spec_new(struct pma_prov_spec **out);
 
 /*
  * pma_prov_spec_add -- appends a copy of *ns (strings copied).
- * Errors: -EINVAL (bad name, align or size: not a multiple of 2 MiB or
- * below 16 MiB; a second entry of the same name), -ENOMEM.
+ * Errors: -EINVAL (bad name or align; a size below 16 MiB or not a
+ * multiple of the alignment; a size with dev=; a second entry of the same
+ * name or device), -ENOMEM.
  */
 int pma_prov_spec_add(struct pma_prov_spec *s, const struct pma_prov_ns *ns);
 

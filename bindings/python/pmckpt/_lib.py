@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""ctypes declarations of libpmckpt (and the libpmalloc calls it needs).
+
+Every function used is declared here with its argtypes and restype; the
+structures mirror include/pmckpt.h and include/pmalloc.h field for field.
+Calls release the GIL (ctypes.CDLL), so the writer threads of a pipeline and
+blocking waits never hold up other Python threads.
+
+Where the library is found, first match wins:
+  1. $PMCKPT_LIBRARY (a path to libpmckpt.so.0);
+  2. the development tree: <repo>/build/libpmckpt.so.0, relative to this file;
+  3. ctypes.util.find_library("pmckpt"): an installed library (make install).
+libpmckpt.so.0 finds libpmalloc.so.0 beside it (RUNPATH $ORIGIN); symbols of
+both are reached through the one handle (dlsym searches the dependencies).
+"""
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int64, c_size_t,
+                    c_uint, c_uint32, c_uint64, c_void_p)
+
+from .errors import raise_for
+
+PMCK_NAME_MAX = 128
+PMCK_MAX_DIMS = 8
+PMCK_HASH_CHUNK = 1 << 20
+PMCK_SKIPPED = 1
+
+PMA_REGION_CREATE = 1 << 0
+PMA_REGION_NO_PREFAULT = 1 << 1
+
+# enum pmck_dtype
+DT_BYTES, DT_BOOL, DT_U8, DT_I8, DT_I16, DT_U16, DT_F16, DT_BF16, DT_I32, DT_U32, \
+    DT_F32, DT_I64, DT_U64, DT_F64, DT_F8_E4M3, DT_F8_E5M2 = range(16)
+
+# enum pmck_backend
+BACKEND_NAMES = {0: "devdax", 1: "fsdax", 2: "ramdisk"}
+# enum pmck_source
+SOURCE_HOST, SOURCE_GPU_DIRECT, SOURCE_GPU_KERNEL, SOURCE_GPU_STAGED, SOURCE_GPU_SNAPSHOT = range(5)
+# enum pmck_busy_policy
+BUSY_WAIT, BUSY_SKIP = 0, 1
+# enum pmck_tier
+TIER_LOCAL, TIER_SHARED = 0, 1
+
+
+class TensorDesc(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_uint32),
+                ("shape", c_uint64 * PMCK_MAX_DIMS), ("layer", c_uint32)]
+
+
+class TensorInfo(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_uint32),
+                ("shape", c_uint64 * PMCK_MAX_DIMS), ("layer", c_uint32),
+                ("offset", c_uint64), ("nbytes", c_uint64)]
+
+
+class Recovery(Structure):
+    _fields_ = [("step", c_uint64), ("slot", c_uint), ("rejected", c_int),
+                ("rejected_slot", c_uint), ("rejected_step", c_uint64),
+                ("rejected_tensor", c_char * PMCK_NAME_MAX)]
+
+
+class PipelineOpts(Structure):
+    _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
+                ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p)]
+
+
+class PipelineStats(Structure):
+    _fields_ = [("committed", c_uint64), ("skipped", c_uint64), ("last_step", c_uint64),
+                ("wait_ns", c_uint64)]
+
+
+class LocalOpts(Structure):
+    _fields_ = [("pm_path", c_char_p), ("ramdisk_dir", c_char_p), ("store_name", c_char_p),
+                ("descs", POINTER(TensorDesc)), ("ndescs", c_size_t)]
+
+
+class Local(Structure):
+    _fields_ = [("region", c_void_p), ("pool", c_void_p), ("store", c_void_p),
+                ("backend", c_int), ("path", c_char * 4096), ("description", c_char * 4608)]
+
+
+PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64, c_uint64)
+
+
+class CopyoutOpts(Structure):
+    # marker_timeout_ms sits where older headers had padding: 0 means the default
+    # in both, so this layout fits libraries built from either.
+    _fields_ = [("dir", c_char_p), ("keep", c_uint), ("rank", c_uint), ("world_size", c_uint),
+                ("marker_timeout_ms", c_uint), ("progress", c_void_p), ("progress_arg", c_void_p)]
+
+
+class CopyoutStats(Structure):
+    _fields_ = [("copied", c_uint64), ("bytes", c_uint64), ("deleted", c_uint64),
+                ("last_step", c_uint64), ("busy_ns", c_uint64)]
+
+
+class FileInfo(Structure):
+    _fields_ = [("step", c_uint64), ("rank", c_uint), ("world_size", c_uint),
+                ("ntensors", c_uint64), ("data_bytes", c_uint64), ("has_checksums", c_int)]
+
+
+class TierRecovery(Structure):
+    _fields_ = [("step", c_uint64), ("tier", c_int), ("path", c_char * 4096),
+                ("reason", c_char * 512)]
+
+
+vpp = POINTER(c_void_p)
+
+# name: (restype, argtypes).  Optional ones (newer than the first release) are
+# looked up with optional().
+_PROTOS = {
+    "pmck_errormsg": (c_char_p, []),
+    "pmck_dtype_size": (c_size_t, [c_int]),
+    "pmck_dtype_name": (c_char_p, [c_int]),
+    # regions and pools (libpmalloc)
+    "pma_region_open": (c_int, [c_char_p, c_size_t, c_uint, vpp]),
+    "pma_region_close": (None, [vpp]),
+    "pma_region_prefault": (None, [c_void_p]),
+    "pma_region_addr": (c_void_p, [c_void_p]),
+    "pma_region_size": (c_size_t, [c_void_p]),
+    "pma_region_granularity": (c_int, [c_void_p]),
+    "pma_region_kind": (c_int, [c_void_p]),
+    "pma_pool_open": (c_int, [c_void_p, vpp]),
+    "pma_pool_close": (None, [vpp]),
+    "pma_lookup": (c_int, [c_void_p, c_char_p, vpp, POINTER(c_size_t)]),
+    # stores
+    "pmck_store_open": (c_int, [c_void_p, c_char_p, vpp]),
+    "pmck_store_open_or_create": (c_int, [c_void_p, c_char_p, POINTER(TensorDesc), c_size_t, vpp]),
+    "pmck_store_close": (None, [vpp]),
+    "pmck_store_destroy": (c_int, [c_void_p, c_char_p]),
+    "pmck_store_ntensors": (c_size_t, [c_void_p]),
+    "pmck_store_data_size": (c_uint64, [c_void_p]),
+    "pmck_store_tensor_bytes": (c_uint64, [c_void_p]),
+    "pmck_store_layout_hash": (c_uint64, [c_void_p]),
+    "pmck_store_region": (c_void_p, [c_void_p]),
+    "pmck_store_tensor": (c_int, [c_void_p, c_size_t, POINTER(TensorInfo)]),
+    "pmck_store_find": (c_int64, [c_void_p, c_char_p]),
+    "pmck_store_begin": (c_int, [c_void_p, c_uint64, vpp]),
+    "pmck_ckpt_write": (c_int, [c_void_p, c_size_t, c_void_p]),
+    "pmck_ckpt_write_all": (c_int, [c_void_p, POINTER(c_void_p), c_uint]),
+    "pmck_ckpt_commit": (c_int, [c_void_p]),
+    "pmck_ckpt_abort": (None, [c_void_p]),
+    "pmck_store_recover": (c_int, [c_void_p, POINTER(Recovery)]),
+    "pmck_store_tensor_data": (c_void_p, [c_void_p, c_size_t]),
+    "pmck_store_read": (c_int, [c_void_p, c_size_t, c_void_p]),
+    # pipeline
+    "pmck_pipeline_new": (c_int, [c_void_p, POINTER(PipelineOpts), vpp]),
+    "pmck_pipeline_delete": (None, [vpp]),
+    "pmck_pipeline_begin": (c_int, [c_void_p, c_uint64]),
+    "pmck_pipeline_put_layer": (c_int, [c_void_p, c_uint32, POINTER(c_void_p)]),
+    "pmck_pipeline_wait_layer": (c_int, [c_void_p, c_uint32]),
+    "pmck_pipeline_wait": (c_int, [c_void_p]),
+    "pmck_pipeline_stats": (None, [c_void_p, POINTER(PipelineStats)]),
+    "pmck_gpu_available": (c_int, [c_int]),
+    # local backend
+    "pmck_local_open": (c_int, [POINTER(LocalOpts), POINTER(Local)]),
+    "pmck_local_close": (None, [POINTER(Local)]),
+    # copy-out, safetensors, tiers
+    "pmck_copyout_new": (c_int, [c_void_p, POINTER(CopyoutOpts), vpp]),
+    "pmck_copyout_submit": (c_int, [c_void_p]),
+    "pmck_copyout_wait": (c_int, [c_void_p]),
+    "pmck_copyout_delete": (None, [vpp]),
+    "pmck_copyout_stats": (None, [c_void_p, POINTER(CopyoutStats)]),
+    "pmck_safetensors_write": (c_int, [c_void_p, c_char_p, c_uint, c_uint]),
+    "pmck_safetensors_verify": (c_int, [c_char_p, POINTER(FileInfo)]),
+    "pmck_safetensors_import": (c_int, [c_void_p, c_char_p, c_uint64]),
+    "pmck_recover_tiers": (c_int, [c_void_p, c_char_p, c_uint, POINTER(TierRecovery)]),
+    "pmck_tensor_checksum": (c_uint64, [c_void_p, c_uint64]),
+}
+
+_OPTIONAL = {
+    # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmctl.h)
+    "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
+    "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
+}
+
+
+def _candidates():
+    env = os.environ.get("PMCKPT_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    dev = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libpmckpt.so.0"))
+    found = ctypes.util.find_library("pmckpt")
+    return [p for p in (dev if os.path.exists(dev) else None, found) if p]
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+    raise ImportError("pmckpt: cannot load libpmckpt.so.0 (" + ("; ".join(tried) or
+                      "not built: run make in the repository, install it with make install, "
+                      "or set PMCKPT_LIBRARY") + ")")
+
+
+lib, path = _load()
+for _name, (_res, _args) in _PROTOS.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+for _name, (_res, _args) in _OPTIONAL.items():
+    _f = getattr(lib, _name, None)
+    if _f is not None:
+        _f.restype = _res
+        _f.argtypes = _args
+
+
+def optional(name):
+    """The function `name` if this library has it, else None."""
+    return getattr(lib, name, None) if name in _OPTIONAL else None
+
+
+def errormsg():
+    m = lib.pmck_errormsg()
+    return m.decode("utf-8", "replace") if m else ""
+
+
+def check(rc, what=None):
+    """Raises the pmckpt.Error for a negative return code, with the library's message."""
+    if rc < 0:
+        msg = errormsg() or strerror(rc)
+        raise_for(rc, f"{what}: {msg}" if what else msg)
+    return rc
+
+
+def strerror(rc):
+    return os.strerror(-rc) if 0 < -rc < 4096 else f"error {rc}"
+
+
+ENOENT = -_errno.ENOENT

@@ -1,0 +1,401 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Mapping a state_dict onto a store's layout and back.
+
+A state_dict (nested dicts, lists, tuples; tensors and plain values) becomes
+  - one store tensor per distinct tensor, named by its key path
+    ("model/fc1.weight", "optim/state/3/exp_avg"), in order of first
+    appearance, and
+  - a JSON tree of everything else (the structure, ints, floats, strings,
+    None, bools, bytes, dtypes), which goes into the reserved BYTES tensor
+    "__pmckpt_meta__" of fixed capacity, so it commits atomically with the
+    tensors.
+Layers: consecutive tensors with the same module prefix (the name up to its
+last '.' or '/') form one layer, numbered in order of first appearance
+(module order), so the pipeline writes, and training waits, per module.
+Everything here is checked before anything is written.
+"""
+import base64
+import collections
+import hashlib
+import json
+import math
+import struct
+
+import torch
+
+from . import _lib
+from .errors import LayoutError, MetadataTooLargeError, UnsupportedObjectError, CorruptError
+
+META_NAME = "__pmckpt_meta__"
+FORMAT = "pmckpt-python/1"
+BLOB_MAGIC = b"PMCKMETA"
+BLOB_HEAD = struct.Struct("<8sQQ")  # magic, JSON length, binary length
+
+_TORCH_TO_PMCK = {
+    torch.bool: _lib.DT_BOOL, torch.uint8: _lib.DT_U8, torch.int8: _lib.DT_I8,
+    torch.int16: _lib.DT_I16, torch.float16: _lib.DT_F16, torch.bfloat16: _lib.DT_BF16,
+    torch.int32: _lib.DT_I32, torch.float32: _lib.DT_F32, torch.int64: _lib.DT_I64,
+    torch.float64: _lib.DT_F64,
+}
+for _tname, _code in (("uint16", _lib.DT_U16), ("uint32", _lib.DT_U32), ("uint64", _lib.DT_U64),
+                      ("float8_e4m3fn", _lib.DT_F8_E4M3), ("float8_e5m2", _lib.DT_F8_E5M2)):
+    if hasattr(torch, _tname):
+        _TORCH_TO_PMCK[getattr(torch, _tname)] = _code
+_PMCK_TO_TORCH = {v: k for k, v in _TORCH_TO_PMCK.items()}
+_PMCK_TO_TORCH[_lib.DT_BYTES] = torch.uint8
+# safetensors dtype names -> pmck codes (U8 is ambiguous with BYTES: decided by the tree)
+_ST_TO_PMCK = {"BOOL": _lib.DT_BOOL, "U8": _lib.DT_U8, "I8": _lib.DT_I8, "I16": _lib.DT_I16,
+               "U16": _lib.DT_U16, "F16": _lib.DT_F16, "BF16": _lib.DT_BF16, "I32": _lib.DT_I32,
+               "U32": _lib.DT_U32, "F32": _lib.DT_F32, "I64": _lib.DT_I64, "U64": _lib.DT_U64,
+               "F64": _lib.DT_F64, "F8_E4M3": _lib.DT_F8_E4M3, "F8_E5M2": _lib.DT_F8_E5M2}
+
+
+def dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+def torch_dtype(name):
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise CorruptError(f"unknown torch dtype '{name}' in the checkpoint's metadata")
+    return dt
+
+
+def module_prefix(name):
+    """'model/fc1.weight' -> 'model/fc1'; 'optim/state/3/exp_avg' -> 'optim/state/3'."""
+    i = max(name.rfind("/"), name.rfind("."))
+    return name[:i] if i > 0 else name
+
+
+def assign_layers(names):
+    """Layer of each name: consecutive names with the same module prefix share one."""
+    layers, prev, layer = [], None, -1
+    for n in names:
+        p = module_prefix(n)
+        if p != prev:
+            layer += 1
+            prev = p
+        layers.append(layer)
+    return layers
+
+
+class Entry:
+    """One store tensor: where its bytes come from and how it is declared."""
+    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy")
+
+    def __init__(self, name, tensor, src, code, shape, info, zero_copy):
+        self.name = name
+        self.tensor = tensor      # the caller's tensor (for waits on its memory)
+        self.src = src            # a tensor whose memory holds the bytes, dense, in store order
+        self.code = code          # pmck dtype
+        self.shape = tuple(shape)  # store shape
+        self.info = info          # what the tree needs beyond dtype/shape (stride, raw dtype, numpy)
+        self.nbytes = src.numel() * src.element_size()
+        self.zero_copy = zero_copy
+        self.layer = 0
+
+
+def dense_permutation(t):
+    """A permutation p with t.permute(p) contiguous (t non-overlapping and dense), or None."""
+    if t.is_contiguous():
+        return list(range(t.dim()))
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+    p = t.permute(order)
+    return order if p.is_contiguous() else None
+
+
+def _short_name(base, taken):
+    """A store name (< PMCK_NAME_MAX bytes, unique, not the meta name) for key path `base`."""
+    name = base or "_"
+    if len(name.encode()) >= _lib.PMCK_NAME_MAX - 8 or name == META_NAME:
+        h = hashlib.sha1(base.encode()).hexdigest()[:16]
+        cut = name.encode()[:90].decode("utf-8", "ignore")
+        name = f"{cut}~{h}"
+    k, cand = 1, name
+    while cand in taken:
+        cand = f"{name}#{k}"
+        k += 1
+    return cand
+
+
+class Flattener:
+    """Encodes one state_dict: the JSON tree and the list of store tensors."""
+
+    def __init__(self, stage_cuda=False):
+        self.entries = []
+        self.by_name = {}
+        self._alias = {}
+        self._stage_cuda = stage_cuda  # copy CUDA tensors to host (no GPU path)
+
+    def _where(self, path):
+        return "/".join(path) or "<root>"
+
+    def _tensor(self, t, path, numpy=False):
+        if t.layout != torch.strided or t.is_quantized or t.is_nested or t.device.type == "meta":
+            raise UnsupportedObjectError(
+                f"state_dict entry '{self._where(path)}': {t.layout} / quantized / nested / meta "
+                "tensors cannot be saved (dense tensors only)")
+        if t.device.type not in ("cpu", "cuda"):
+            raise UnsupportedObjectError(
+                f"state_dict entry '{self._where(path)}': tensors on {t.device} cannot be saved "
+                "(CPU or CUDA only)")
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            raise UnsupportedObjectError(
+                f"state_dict entry '{self._where(path)}': tensor subclass {type(t).__qualname__} "
+                "(DTensor, ShardedTensor, ...) cannot be saved by Store.save: use the DCP "
+                "integration (pmckpt.dcp) for distributed tensors")
+        t = t.detach()
+        key = (t.untyped_storage().data_ptr() if t.numel() else id(t), t.storage_offset(),
+               tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+        if key in self._alias and t.numel():
+            return self._alias[key]
+        name = _short_name("/".join(path), self.by_name)
+        info = {}
+        if numpy:
+            info["np"] = 1
+        if t.device.type == "cuda":
+            info["dev"] = str(t.device)
+        perm = dense_permutation(t)
+        zero_copy = perm is not None
+        if perm is None:
+            src = t.contiguous()   # overlapping or holey view: its elements, packed (a copy)
+        else:
+            src = t.permute(perm)  # same memory, a contiguous view of it
+            if perm != list(range(t.dim())):
+                info["shape"] = list(t.shape)  # the store holds the permuted (dense) shape
+                info["stride"] = list(t.stride())
+        if src.device.type == "cuda" and self._stage_cuda:
+            src = src.to("cpu")    # no GPU path in this library: staged through host memory
+            zero_copy = False
+        code = _TORCH_TO_PMCK.get(t.dtype)
+        shape = tuple(src.shape)
+        if code is None or src.dim() > _lib.PMCK_MAX_DIMS:
+            # no store dtype for it (complex, ...) or too many dims: opaque bytes
+            info["dtype"] = dtype_name(t.dtype)
+            info["shape"] = list(t.shape)
+            code = _lib.DT_BYTES
+            shape = (src.numel() * src.element_size(),)
+        e = Entry(name, t, src, code, shape, info, zero_copy)
+        self.entries.append(e)
+        self.by_name[name] = e
+        self._alias[key] = name
+        return name
+
+    def encode(self, v, path=()):
+        np = _numpy()
+        if np is not None and isinstance(v, np.generic):  # before float: np.float64 is one
+            item = v.item()
+            if isinstance(item, (bool, int, float)):
+                return {"n": [v.dtype.str, item if not isinstance(item, float) or
+                              math.isfinite(item) else repr(item)]}
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return int(v)
+        if isinstance(v, float):
+            return float(v) if math.isfinite(v) else {"f": repr(float(v))}
+        if isinstance(v, torch.Tensor):
+            return {"T": self._tensor(v, path)}
+        if isinstance(v, dict):
+            items = []
+            for k, x in v.items():
+                if not isinstance(k, (str, int, float, bool, type(None), tuple)):
+                    raise UnsupportedObjectError(
+                        f"state_dict entry '{self._where(path)}': key {k!r} of type "
+                        f"{type(k).__qualname__} (keys: str, int, float, bool, None, tuple)")
+                items.append([self.encode(k, path + ("<key>",)), self.encode(x, path + (str(k),))])
+            out = {"od" if isinstance(v, collections.OrderedDict) else "d": items}
+            md = getattr(v, "_metadata", None)
+            if isinstance(md, dict):
+                out["m"] = self.encode(md, path + ("_metadata",))
+            return out
+        if isinstance(v, list):
+            return {"l": [self.encode(x, path + (str(i),)) for i, x in enumerate(v)]}
+        if isinstance(v, torch.Size):
+            return {"S": list(v)}
+        if isinstance(v, tuple) and type(v) is not tuple:
+            raise UnsupportedObjectError(
+                f"state_dict entry '{self._where(path)}': named tuple {type(v).__qualname__} "
+                "cannot be saved (plain tuples can)")
+        if isinstance(v, tuple):
+            return {"t": [self.encode(x, path + (str(i),)) for i, x in enumerate(v)]}
+        if isinstance(v, (bytes, bytearray)):
+            return {"b": base64.b64encode(bytes(v)).decode()}
+        if isinstance(v, torch.dtype):
+            return {"dt": dtype_name(v)}
+        if isinstance(v, torch.device):
+            return {"dev": str(v)}
+        if np is not None and isinstance(v, np.ndarray):
+            if v.dtype.hasobject:
+                raise UnsupportedObjectError(
+                    f"state_dict entry '{self._where(path)}': numpy arrays of objects cannot be saved")
+            t = torch.from_numpy(v if v.flags.c_contiguous and all(s >= 0 for s in v.strides)
+                                 else np.ascontiguousarray(v))
+            return {"N": self._tensor(t, path, numpy=True)}
+        what = getattr(type(v), "__qualname__", type(v).__name__)
+        raise UnsupportedObjectError(
+            f"state_dict entry '{self._where(path)}': objects of type {what} cannot be saved "
+            "(supported: tensors, numpy arrays, dict, list, tuple, str, int, float, bool, None, "
+            "bytes, torch.dtype/Size/device)")
+
+
+def _numpy():
+    try:
+        import numpy
+        return numpy
+    except ImportError:  # numpy is optional
+        return None
+
+
+class Decoder:
+    """Rebuilds a state_dict from a tree, given a function name -> tensor."""
+
+    def __init__(self, tensor_of):
+        self.tensor_of = tensor_of
+
+    def decode(self, v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if not isinstance(v, dict):
+            raise CorruptError("malformed checkpoint metadata")
+        if "T" in v:
+            return self.tensor_of(v["T"])
+        if "N" in v:
+            return self.tensor_of(v["N"]).numpy()
+        if "d" in v or "od" in v:
+            d = collections.OrderedDict() if "od" in v else {}
+            for k, val in v.get("d", v.get("od")):
+                d[self.decode(k)] = self.decode(val)
+            if "m" in v:
+                d._metadata = self.decode(v["m"])
+            return d
+        if "l" in v:
+            return [self.decode(i) for i in v["l"]]
+        if "t" in v:
+            return tuple(self.decode(i) for i in v["t"])
+        if "f" in v:
+            return float(v["f"])
+        if "b" in v:
+            return base64.b64decode(v["b"])
+        if "dt" in v:
+            return torch_dtype(v["dt"])
+        if "S" in v:
+            return torch.Size(v["S"])
+        if "dev" in v:
+            return torch.device(v["dev"])
+        if "n" in v:
+            code, x = v["n"]
+            return _numpy().dtype(code).type(float(x) if isinstance(x, str) else x)
+        raise CorruptError(f"malformed checkpoint metadata ({sorted(v)})")
+
+
+def tree_names(tree):
+    """Tensor names of a tree in order of first appearance (= the store's declaration order)."""
+    out, seen = [], set()
+
+    def walk(v):
+        if isinstance(v, dict):
+            if "T" in v or "N" in v:
+                n = v.get("T", v.get("N"))
+                if n not in seen:
+                    seen.add(n)
+                    out.append(n)
+                return
+            for k, x in v.items():
+                if k in ("d", "od"):
+                    for key, val in x:
+                        walk(key)
+                        walk(val)
+                elif k in ("l", "t"):
+                    for i in x:
+                        walk(i)
+                elif k == "m":
+                    walk(x)
+    walk(tree)
+    return out
+
+
+def make_blob(doc, binary=b""):
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    return BLOB_HEAD.pack(BLOB_MAGIC, len(text), len(binary)) + text + binary
+
+
+def blob_capacity(nbytes, minimum):
+    """Capacity fixed at a store's first save: twice what is needed, rounded up to a power of two."""
+    cap = 1 << max(12, (2 * nbytes - 1).bit_length())
+    return max(cap, minimum)
+
+
+def parse_blob(raw):
+    """(JSON document, binary part) of a metadata blob (bytes-like)."""
+    if len(raw) < BLOB_HEAD.size:
+        raise CorruptError("checkpoint metadata truncated")
+    magic, jlen, blen = BLOB_HEAD.unpack_from(raw, 0)
+    if magic != BLOB_MAGIC or BLOB_HEAD.size + jlen + blen > len(raw):
+        raise CorruptError("checkpoint metadata: bad header (not written by the pmckpt binding?)")
+    doc = json.loads(bytes(raw[BLOB_HEAD.size:BLOB_HEAD.size + jlen]))
+    binary = bytes(raw[BLOB_HEAD.size + jlen:BLOB_HEAD.size + jlen + blen])
+    if doc.get("format") != FORMAT:
+        raise CorruptError(f"checkpoint metadata of unknown format {doc.get('format')!r}")
+    return doc, binary
+
+
+class Layout:
+    """The store layout of a prepared state: names, pmck dtypes, shapes, layers."""
+
+    def __init__(self, rows):
+        self.rows = rows  # [(name, code, shape, layer)]
+
+    @classmethod
+    def of(cls, entries, capacity):
+        names = [e.name for e in entries]
+        for e, layer in zip(entries, assign_layers(names)):
+            e.layer = layer
+        last = entries[-1].layer + 1 if entries else 0
+        rows = [(e.name, e.code, e.shape, e.layer) for e in entries]
+        rows.append((META_NAME, _lib.DT_BYTES, (capacity,), last))
+        return cls(rows)
+
+    def descs(self):
+        arr = (_lib.TensorDesc * len(self.rows))()
+        self._keep = []
+        for i, (name, code, shape, layer) in enumerate(self.rows):
+            b = name.encode()
+            self._keep.append(b)
+            arr[i].name = b
+            arr[i].dtype = code
+            arr[i].ndim = len(shape)
+            for d, s in enumerate(shape):
+                arr[i].shape[d] = s
+            arr[i].layer = layer
+        return arr
+
+    def capacity(self):
+        return self.rows[-1][2][0]
+
+    def difference(self, other):
+        """A sentence naming the first difference from `other` (the store's), or None."""
+        mine = {r[0]: r for r in self.rows}
+        theirs = {r[0]: r for r in other.rows}
+        for r in self.rows:
+            o = theirs.get(r[0])
+            if o is None:
+                return f"the state_dict has tensor '{r[0]}', which the store does not"
+            if r[0] == META_NAME:
+                continue
+            if o[1] != r[1] or o[2] != r[2]:
+                return (f"tensor '{r[0]}': {_pmck_name(r[1])}{list(r[2])} in the state_dict, "
+                        f"{_pmck_name(o[1])}{list(o[2])} in the store")
+            if o[3] != r[3]:
+                return f"tensor '{r[0]}': layer {r[3]} in the state_dict, {o[3]} in the store"
+        for r in other.rows:
+            if r[0] not in mine:
+                return f"the store has tensor '{r[0]}', which the state_dict does not"
+        if [r[0] for r in self.rows] != [r[0] for r in other.rows]:
+            return "the tensors appear in another order"
+        return None
+
+
+def _pmck_name(code):
+    n = _lib.lib.pmck_dtype_name(code)
+    return "BYTES" if code == _lib.DT_BYTES else (n.decode() if n else str(code))

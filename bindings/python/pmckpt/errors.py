@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Exceptions: every failure of the C library becomes a pmckpt.Error carrying
+the library's message (pmck_errormsg) and its code; the codes that callers
+act on have their own subclasses."""
+import errno as _errno
+
+PMA_E_NOT_POOL = -100001
+PMA_E_VERSION = -100002
+PMA_E_CORRUPT = -100003
+PMA_E_TRUNCATED = -100004
+PMCK_E_NO_CHECKPOINT = -100101
+PMCK_E_LAYOUT = -100102
+PMCK_E_CORRUPT = -100103
+PMCK_E_VERSION = -100104
+
+
+class Error(Exception):
+    """A pmckpt failure.  `code` is the library's return code (a negative errno
+    value or a PMA_E_* / PMCK_E_* code; None for checks made in Python),
+    `errno` the positive errno value when the code is one."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.errno = -code if code is not None and -4096 < code < 0 else None
+
+
+class NoCheckpointError(Error):
+    """No complete, verified checkpoint to load (PMCK_E_NO_CHECKPOINT)."""
+
+
+class LayoutError(Error):
+    """The store holds another layout than the state_dict (PMCK_E_LAYOUT), or
+    was not written by this binding."""
+
+
+class CorruptError(Error):
+    """Store, pool or file fails its checks (PMCK_E_CORRUPT, PMA_E_CORRUPT, ...)."""
+
+
+class VersionError(Error):
+    """Written by an unsupported version (PMCK_E_VERSION, PMA_E_VERSION)."""
+
+
+class UnsupportedObjectError(Error, TypeError):
+    """The state_dict holds an object that cannot be saved (checked before
+    anything is written)."""
+
+
+class MetadataTooLargeError(Error, ValueError):
+    """The non-tensor values do not fit the store's metadata capacity."""
+
+
+class BusyError(Error):
+    """A checkpoint is in flight (-EBUSY)."""
+
+
+_BY_CODE = {
+    PMCK_E_NO_CHECKPOINT: NoCheckpointError,
+    PMCK_E_LAYOUT: LayoutError,
+    PMCK_E_CORRUPT: CorruptError,
+    PMA_E_CORRUPT: CorruptError,
+    PMA_E_TRUNCATED: CorruptError,
+    PMA_E_NOT_POOL: CorruptError,
+    PMCK_E_VERSION: VersionError,
+    PMA_E_VERSION: VersionError,
+    -_errno.EBUSY: BusyError,
+}
+
+
+def error_for(code, message):
+    return _BY_CODE.get(code, Error)(message, code)
+
+
+def raise_for(code, message):
+    raise error_for(code, message)

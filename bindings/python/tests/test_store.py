@@ -1,0 +1,493 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Store.save / save_async / load: round trips of real state_dicts, in-place
+loads, layer-wise waits and the optimizer hook, and bad input (unsupported
+objects, too much metadata, another layout, corrupted slots and metadata):
+each a clear exception, after which the previous checkpoint still loads."""
+import collections
+import ctypes
+import os
+import subprocess
+import sys
+import time
+import warnings
+from ctypes import byref, c_void_p, c_size_t
+
+import numpy as np
+import torch
+
+import pmckpt
+from pmckpt import _lib
+from pmckpt._lib import lib
+
+from common import clone, mlp, one_step, same, train_state
+from tap import Tap
+
+torch.set_num_threads(1)
+T = Tap()
+D = T.tmpdir("pmck-py-store-")
+
+
+def rich_state():
+    torch.manual_seed(1)
+    m = mlp(bn=True)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    one_step(m, opt, 0)
+    sd = train_state(m, opt, step=7)
+    sd["sched"] = {"last_epoch": 3, "lrs": [1e-3, 5e-4], "betas": (0.9, 0.999), "name": "cos",
+                   "warm": True, "none": None, "inf": float("inf"), "nan": float("nan"),
+                   "big": 2 ** 70, 3: "int key", (1, 2): "tuple key", 2.5: "float key"}
+    sd["blob"] = b"\x00\xffbytes"
+    sd["types"] = [torch.float16, torch.Size([2, 3]), torch.device("cpu")]
+    sd["np"] = {"a": np.arange(12, dtype=np.int32).reshape(3, 4), "s": np.float64(2.5),
+                "rng": np.random.default_rng(0).bit_generator.state["state"]["state"]}
+    g = torch.Generator().manual_seed(5)
+    t = {}
+    for dt in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+               torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64):
+        t[str(dt)] = (torch.randn(3, 5, generator=g) * 50).to(dt)
+    for name in ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"):
+        if hasattr(torch, name):
+            t[name] = (torch.rand(4, generator=g) * 10).to(getattr(torch, name)) \
+                if "float8" in name else torch.arange(4).to(getattr(torch, name))
+    t["scalar"] = torch.tensor(3.25)
+    t["empty"] = torch.empty(0, 7)
+    t["transposed"] = torch.randn(6, 4, generator=g).t()
+    t["channels_last"] = torch.randn(2, 3, 4, 5, generator=g).contiguous(
+        memory_format=torch.channels_last)
+    t["strided_view"] = torch.arange(20.0)[::3]
+    t["nine_dims"] = torch.randn([2] * 9, generator=g)
+    t["tied"] = sd["model"]["0.weight"]
+    sd["tensors"] = t
+    return sd
+
+
+def test_round_trip():
+    sd = rich_state()
+    with pmckpt.Store(name="rt", ramdisk=D) as s:
+        s.save(sd, 1)
+    with pmckpt.Store(name="rt", ramdisk=D) as s:
+        out = s.load()
+        if s.last_recovery["step"] != 1:
+            return f"step {s.last_recovery}"
+    sv = sd["tensors"]["strided_view"]
+    sd["tensors"]["strided_view"] = sv.contiguous()  # a holey view comes back packed
+    r = same(sd, out)
+    if r:
+        return r
+    if out["tensors"]["tied"] is not out["model"]["0.weight"]:
+        return "tied tensors are no longer one tensor"
+    if out["tensors"]["channels_last"].stride() != (60, 1, 15, 3):
+        return "channels_last strides lost"
+
+
+def test_layout_and_layers():
+    with pmckpt.Store(name="rt", ramdisk=D) as s:
+        s.load()
+        lay = {n: (dt, sh, l) for n, dt, sh, l in s.layout}
+    want = {"model/0.weight": ("F32", (64, 16)), "tensors/torch.bfloat16": ("BF16", (3, 5)),
+            "tensors/torch.float16": ("F16", (3, 5)), "tensors/torch.bool": ("BOOL", (3, 5)),
+            "tensors/torch.int64": ("I64", (3, 5)), "tensors/scalar": ("F32", ()),
+            "tensors/torch.complex64": ("U8", (120,)), "rng": ("U8", (5056,))}
+    for n, (dt, sh) in want.items():
+        if n not in lay or lay[n][:2] != (dt, sh):
+            return f"{n}: {lay.get(n)} wanted {dt}{sh}"
+    # one layer per module, in module order; optimizer state per parameter
+    if not (lay["model/0.weight"][2] == lay["model/0.bias"][2] < lay["model/1.weight"][2]
+            < lay["model/3.weight"][2] < lay["optim/state/0/exp_avg"][2]
+            < lay["optim/state/1/exp_avg"][2]):
+        return f"layers: {sorted((l, n) for n, (_, _, l) in lay.items())[:12]}"
+    if lay["optim/state/0/exp_avg"][2] != lay["optim/state/0/exp_avg_sq"][2]:
+        return "a parameter's optimizer state spans layers"
+    if "__pmckpt_meta__" not in lay or lay["__pmckpt_meta__"][0] != "U8":
+        return "no metadata tensor"
+
+
+def test_into():
+    sd = rich_state()
+    m = mlp(bn=True, seed=9)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    one_step(m, opt, 3)
+    target = {"model": m.state_dict(), "optim": opt.state_dict()}
+    ptrs = {k: v.data_ptr() for k, v in target["model"].items()}
+    with pmckpt.Store(name="rt", ramdisk=D) as s:
+        out = s.load(into=target)
+    for k, v in m.state_dict().items():
+        if v.data_ptr() != ptrs[k]:
+            return f"{k} was reallocated"
+        if not torch.equal(v, sd["model"][k]):
+            return f"{k} not filled in place"
+    if opt.state[next(iter(m.parameters()))]["exp_avg"].data_ptr() != \
+            out["optim"]["state"][0]["exp_avg"].data_ptr():
+        return "optimizer state not filled in place"
+    if not torch.equal(out["optim"]["state"][0]["exp_avg"], sd["optim"]["state"][0]["exp_avg"]):
+        return "optimizer state differs"
+
+
+def test_into_mismatch():
+    wrong = {"model": {"0.weight": torch.empty(3, 3)}}
+    with pmckpt.Store(name="rt", ramdisk=D) as s:
+        s.load(into=wrong)
+
+
+def test_zero_copy_sources():
+    sd = rich_state()
+    with pmckpt.Store(name="zc", ramdisk=D) as s:
+        h = s.save_async(sd, 1)
+        ptrs = h._ptr_layer
+        h.wait()
+    for k, v in sd["model"].items():
+        if v.data_ptr() not in ptrs:
+            return f"model/{k} was copied before writing"
+    if sd["tensors"]["channels_last"].data_ptr() not in ptrs:
+        return "a dense channels_last tensor was copied"
+    if sd["tensors"]["strided_view"].data_ptr() in ptrs:
+        return "a holey view claims to be written in place"
+
+
+def big_model():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)])
+
+
+def test_async_and_hook():
+    """save_async, then at once an optimizer step: the hook makes the step wait
+    for what it updates, so every checkpoint equals the state at its save."""
+    m = big_model()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    x = torch.randn(8, 1024)
+    m(x).square().mean().backward()
+    opt.step()  # Adam makes its state at the first step: the layout is fixed from then on
+    with pmckpt.Store(name="async", ramdisk=D) as s:
+        hook = pmckpt.hook_optimizer(opt, s)
+        for step in range(1, 6):
+            m(x).square().mean().backward()
+            st = {"model": m.state_dict(), "optim": opt.state_dict(), "step": step}
+            snap = clone(st)
+            h = s.save_async(st, step)
+            if h.skipped:
+                return "skipped with on_busy='wait'"
+            opt.step()  # updates parameters and state in place: waits (hook) for their layers
+            opt.zero_grad()
+            out = s.load()  # waits for the checkpoint to commit
+            r = same(snap, out, check_strides=False)
+            if r:
+                return f"step {step}: {r}"
+        waited = s.stats()["pipeline"]["wait_ns"]
+        hook.remove()
+        T.diag(f"optimizer steps waited {waited / 1e6:.1f} ms in all for checkpoint layers")
+        if waited == 0:
+            return "the optimizer never waited: the test did not overlap a write"
+
+
+def test_wait_layer_names():
+    m = big_model()
+    st = {"model": m.state_dict()}
+    with pmckpt.Store(name="wl", ramdisk=D) as s:
+        h = s.save_async(st, 1)
+        h.wait_layer("model/0.weight")
+        h.wait_layer("model/1")
+        h.wait_layer(2)
+        try:
+            h.wait_layer("model/9")
+            return "unknown name accepted"
+        except KeyError:
+            pass
+        h.wait()
+        if not h.done:
+            return "not done after wait"
+
+
+def test_hook_waits_only_own_layers():
+    torch.manual_seed(4)
+    m = mlp(bn=True)
+    head = [p for n, p in m.named_parameters() if n.startswith("9.")]  # the last Linear
+    body = [p for n, p in m.named_parameters() if not n.startswith("9.")]
+    o1 = torch.optim.SGD(body, lr=0.1, momentum=0.9)
+    o2 = torch.optim.SGD(head, lr=0.1, momentum=0.9)
+    x = torch.randn(8, 16)
+    m(x).sum().backward()
+    o1.step(), o2.step()
+    st = {"model": m.state_dict(), "o1": o1.state_dict(), "o2": o2.state_dict()}
+    log = []
+    with pmckpt.Store(name="own", ramdisk=D) as s:
+        pmckpt.hook_optimizer(o2, s)
+        pmckpt.hook_module(m, s)
+        h = s.save_async(st, 1)
+        real = h._wait_layers
+        h._wait_layers = lambda layers: (log.append(sorted(layers)), real(layers))
+        o2.step()
+        m(x)  # BatchNorm buffers: waited for before forward
+        h.wait()
+        lay = {n: l for n, _, _, l in s.layout}
+    want_o2 = sorted({lay["model/9.weight"], lay["o2/state/0/momentum_buffer"],
+                      lay["o2/state/1/momentum_buffer"]})
+    if not log or log[0] != want_o2:
+        return f"optimizer 2 waited for layers {log[:1]}, its own are {want_o2}"
+    bn = sorted({lay[f"model/{i}.running_mean"] for i in (1, 4, 7)})
+    if sorted({l for ls in log[1:] for l in ls}) != bn:
+        return f"forward waited for {log[1:]}, the BatchNorm layers are {bn}"
+
+
+def test_skip_policy():
+    torch.manual_seed(5)
+    st = {"model": {f"w{i}": torch.randn(1024, 1024) for i in range(16)}}  # 64 MiB
+    with pmckpt.Store(name="skip", ramdisk=D, on_busy="skip") as s:
+        h1 = s.save_async(st, 1)
+        h2 = s.save_async(st, 2)  # at once: the first is still being written
+        if not h2.skipped:
+            return "the second checkpoint was not skipped"
+        h2.wait()  # a skipped checkpoint has nothing to wait for
+        for step in range(3, 2000):  # until the first one has ended
+            h3 = s.save_async(st, step)
+            if not h3.skipped:
+                break
+            time.sleep(0.002)
+        if not h1.done:
+            return "the first checkpoint is not settled after a later one began"
+        h1.wait()  # it committed: no error
+        h3.wait()
+        s.load()
+        if s.last_recovery["step"] != h3.step:
+            return f"loaded {s.last_recovery}, wanted {h3.step}"
+        T.diag(f"pipeline: {s.stats()['pipeline']}")
+
+
+# ------------------------------------------------------------ bad input
+
+def base_store(name):
+    s = pmckpt.Store(name=name, ramdisk=D)
+    m = mlp()
+    opt = torch.optim.Adam(m.parameters())
+    one_step(m, opt, 1)
+    st = train_state(m, opt, step=1)
+    s.save(st, 1)
+    return s, st
+
+
+def still_loads(name, st, step):
+    with pmckpt.Store(name=name, ramdisk=D) as s:
+        out = s.load()
+        if s.last_recovery["step"] != step:
+            return f"loaded step {s.last_recovery['step']}, wanted {step}"
+        return same(st, out)
+
+
+class Custom:
+    pass
+
+
+def test_unsupported():
+    s, st = base_store("bad")
+    for what, obj in (("a lambda", lambda x: x), ("a custom class", Custom()),
+                      ("a set", {1, 2}), ("a sparse tensor", torch.eye(3).to_sparse())):
+        bad = dict(st, extra=obj)
+        T.raises(f"{what} in the state_dict: UnsupportedObjectError naming it",
+                 pmckpt.UnsupportedObjectError, s.save, bad, 2, match="'extra'")
+    s.close()
+    r = still_loads("bad", st, 1)
+    if r:
+        return r
+    fresh = pmckpt.Store(name="never", ramdisk=D)
+    T.raises("unsupported object in a first save", pmckpt.UnsupportedObjectError,
+             fresh.save, {"f": print}, 1)
+    if os.path.exists(os.path.join(D, "pmckpt-never.pool")):
+        return "a failed first save created the store"
+
+
+def test_metadata_too_large():
+    s, st = base_store("meta")
+    bad = dict(st, notes="x" * (200 << 10))
+    T.raises("200 KiB of non-tensor values: MetadataTooLargeError", pmckpt.MetadataTooLargeError,
+             s.save, bad, 2, match="meta_capacity")
+    s.close()
+    return still_loads("meta", st, 1)
+
+
+def test_other_layout():
+    s, st = base_store("lay")
+    m2 = mlp(width=32)
+    st2 = train_state(m2, torch.optim.Adam(m2.parameters()), step=2)
+    T.raises("another structure, same process: LayoutError", pmckpt.LayoutError,
+             s.save, st2, 2, match="model/0.weight")
+    s.close()
+    with pmckpt.Store(name="lay", ramdisk=D) as s2:
+        T.raises("another structure, new Store object: LayoutError", pmckpt.LayoutError,
+                 s2.save, st2, 2, match="another layout")
+    r = still_loads("lay", st, 1)
+    if r:
+        return r
+    # a store written through the C API with its own layout
+    name = b"clayout"
+    desc = (_lib.TensorDesc * 1)()
+    desc[0].name, desc[0].dtype, desc[0].ndim, desc[0].layer = b"w", _lib.DT_F32, 1, 0
+    desc[0].shape[0] = 4
+    opts = _lib.LocalOpts(None, D.encode(), name, desc, 1)
+    loc = _lib.Local()
+    _lib.check(lib.pmck_local_open(byref(opts), byref(loc)))
+    lib.pmck_local_close(byref(loc))
+    c = pmckpt.Store(name="clayout", ramdisk=D)
+    T.raises("a store written by the C API: load raises LayoutError", pmckpt.LayoutError,
+             c.load, match="not written by the pmckpt Python binding")
+    T.raises("... and save raises LayoutError", pmckpt.LayoutError, c.save, st, 1)
+    c.close()
+
+
+def slot_address(name, slot, tensor):
+    """File offset of `tensor` in `slot` of store `name` (through the C API)."""
+    path = os.path.join(D, f"pmckpt-{name}.pool").encode()
+    region, pool, store = c_void_p(), c_void_p(), c_void_p()
+    _lib.check(lib.pma_region_open(path, 0, _lib.PMA_REGION_NO_PREFAULT, byref(region)))
+    _lib.check(lib.pma_pool_open(region, byref(pool)))
+    _lib.check(lib.pmck_store_open(pool, name.encode(), byref(store)))
+    addr, size = c_void_p(), c_size_t()
+    _lib.check(lib.pma_lookup(pool, f"{name}.data{slot}".encode(), byref(addr), byref(size)))
+    meta = c_void_p()
+    _lib.check(lib.pma_lookup(pool, f"{name}.meta".encode(), byref(meta), byref(size)))
+    info = _lib.TensorInfo()
+    _lib.check(lib.pmck_store_tensor(store, lib.pmck_store_find(store, tensor.encode()),
+                                     byref(info)))
+    base = lib.pma_region_addr(region)
+    off, meta_off = addr.value - base + info.offset, meta.value - base
+    lib.pmck_store_close(byref(store))
+    lib.pma_pool_close(byref(pool))
+    lib.pma_region_close(byref(region))
+    return path, off, meta_off
+
+
+def flip(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5a]))
+
+
+def test_corrupted_slot():
+    s, st1 = base_store("corrupt")
+    m = mlp(seed=5)
+    opt = torch.optim.Adam(m.parameters())
+    one_step(m, opt, 2)
+    st2 = train_state(m, opt, step=2)
+    s.save(st2, 2)
+    s.close()
+    with pmckpt.Store(name="corrupt", ramdisk=D) as s:
+        s.load()
+        newest = s.last_recovery["slot"]
+    path, off, meta_off = slot_address("corrupt", newest, "model/2.weight")
+    flip(path, off + 100)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = still_loads("corrupt", st1, 1)
+    if r:
+        return r
+    msgs = [str(x.message) for x in w if issubclass(x.category, pmckpt.RecoveryWarning)]
+    if not msgs or "step 2" not in msgs[0] or "model/2.weight" not in msgs[0]:
+        return f"no RecoveryWarning naming step 2 and the tensor: {msgs}"
+    T.diag(f"RecoveryWarning: {msgs[0]}")
+    _, off1, _ = slot_address("corrupt", 1 - newest, "optim/state/1/exp_avg")
+    flip(path, off1 + 4)
+    with pmckpt.Store(name="corrupt", ramdisk=D) as s:
+        T.raises("both slots corrupted: NoCheckpointError",
+                 pmckpt.NoCheckpointError, s.load, match="no checkpoint verifies")
+    flip(path, meta_off + 16)  # the store header's data_size
+    with pmckpt.Store(name="corrupt", ramdisk=D) as s:
+        T.raises("corrupted store header: CorruptError", pmckpt.CorruptError, s.load)
+
+
+def test_no_checkpoint():
+    with pmckpt.Store(name="nothing-here", ramdisk=D) as s:
+        T.raises("load of a store that does not exist: NoCheckpointError",
+                 pmckpt.NoCheckpointError, s.load, match="nothing-here")
+
+
+def test_step_order():
+    s, st = base_store("order")
+    T.raises("a step not after the newest: Error with the library's message", pmckpt.Error,
+             s.save, st, 1, match="not after the newest")
+    s.close()
+    return still_loads("order", st, 1)
+
+
+def test_destroy():
+    s, st = base_store("gone")
+    s.destroy()
+    m2 = mlp(width=8)
+    st2 = train_state(m2, torch.optim.Adam(m2.parameters()), step=1)
+    with pmckpt.Store(name="gone", ramdisk=D) as s2:
+        s2.save(st2, 1)
+        return same(st2, s2.load())
+
+
+def test_pm_path():
+    """Store(path): a file standing in for an fsdax file (blank: formatted at first save)."""
+    path = os.path.join(D, "fake-fsdax.pm")
+    with open(path, "wb") as f:
+        f.truncate(64 << 20)
+    m = mlp()
+    opt = torch.optim.Adam(m.parameters())
+    one_step(m, opt, 1)
+    st = train_state(m, opt, step=1)
+    with pmckpt.Store(path, name="pm") as s:
+        s.save(st, 1)
+        T.diag(f"description: {s.description}")
+        if "page granularity" not in s.description:
+            return f"description: {s.description}"
+    with pmckpt.Store(path, name="pm") as s:
+        return same(st, s.load())
+
+
+def test_namespace_name():
+    """A name that is no path is a devdax namespace name, resolved by libpmalloc."""
+    with pmckpt.Store("ckpt-none", name="ns") as s:
+        try:
+            s.save({"w": torch.ones(2)}, 1)
+            return "an unknown namespace was accepted"
+        except pmckpt.Error as e:
+            T.diag(f"{type(e).__name__}: {e}")
+            if "ckpt-none" not in str(e):
+                return f"the message does not name the namespace: {e}"
+
+
+def test_pip_install():
+    """pip install ./bindings/python puts an importable package in place."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    target = T.tmpdir("pmck-py-pip-")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                        "--no-build-isolation", "--no-index", "--target", target, root],
+                       capture_output=True, text=True)
+    if r.returncode:
+        return r.stdout + r.stderr
+    env = dict(os.environ, PYTHONPATH=target)
+    r = subprocess.run([sys.executable, "-c", "import pmckpt, sys; "
+                        "assert pmckpt.__file__.startswith(sys.argv[1]), pmckpt.__file__; "
+                        "print(pmckpt.library_path)", target],
+                       capture_output=True, text=True, env=env, cwd="/")
+    if r.returncode:
+        return r.stdout + r.stderr
+
+
+T.run("round trip: nested dicts, lists, tuples, int keys, every dtype, strides, views, "
+      "numpy, tied tensors, non-tensor values", test_round_trip)
+T.run("layout: store dtypes and shapes, one layer per module in module order", test_layout_and_layers)
+T.run("load(into=...) fills model and optimizer tensors in place", test_into)
+T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, test_into_mismatch)
+T.run("contiguous and dense CPU tensors are written from their own memory", test_zero_copy_sources)
+T.run("save_async + hook_optimizer: every checkpoint equals the state at its save", test_async_and_hook)
+T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
+T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
+      test_hook_waits_only_own_layers)
+T.run("on_busy='skip' skips a checkpoint while one is in flight, keeping the last",
+      test_skip_policy)
+T.run("unsupported objects: nothing written, the previous checkpoint loads", test_unsupported)
+T.run("metadata beyond capacity: nothing written, the previous checkpoint loads",
+      test_metadata_too_large)
+T.run("another layout: LayoutError, the previous checkpoint loads", test_other_layout)
+T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
+      test_corrupted_slot)
+T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("steps must increase", test_step_order)
+T.run("destroy() frees the name for another layout", test_destroy)
+T.run("Store(path) on a file standing in for fsdax", test_pm_path)
+T.run("Store(namespace name) without such a namespace: Error naming it", test_namespace_name)
+T.run("pip install ./bindings/python", test_pip_install)
+T.done()

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""train.py -- a small, deterministic training job that checkpoints with pmckpt
+and resumes from its newest checkpoint; test_resume.py kills it with SIGKILL.
+
+An MLP with dropout (so the RNG state matters) trained by Adam on synthetic
+batches that depend only on (seed, step).  One thread, deterministic
+algorithms: the losses are a pure function of the seed.  Records, one write()
+each, appended to --log (they survive a SIGKILL in the page cache):
+  R <step>          resumed from the checkpoint of <step> (0: fresh start)
+  L <step> <hex>    loss of <step>, float.hex
+  B <step>          a checkpoint of <step> begins (also printed to stdout)
+  E <step>          save (sync: durable) / save_async (async: queued) returned
+  D <step>          async: the checkpoint of <step> is committed (handle.wait)
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+import pmckpt
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dir", required=True)
+ap.add_argument("--name", default="train")
+ap.add_argument("--steps", type=int, default=60)
+ap.add_argument("--every", type=int, default=5, help="checkpoint every N steps; 0: never")
+ap.add_argument("--mode", choices=("sync", "async"), default="sync")
+ap.add_argument("--log", required=True)
+ap.add_argument("--seed", type=int, default=1234)
+ap.add_argument("--width", type=int, default=1024)
+a = ap.parse_args()
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+logfd = os.open(a.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def log(text, echo=False):
+    os.write(logfd, (text + "\n").encode())
+    if echo:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+torch.manual_seed(a.seed)
+model = torch.nn.Sequential(
+    torch.nn.Linear(32, a.width), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+    torch.nn.Linear(a.width, a.width), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+    torch.nn.Linear(a.width, 10))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+store = pmckpt.Store(name=a.name, ramdisk=a.dir) if a.every else None
+
+start = 0
+if store is not None:
+    try:
+        sd = store.load()
+        model.load_state_dict(sd["model"])
+        opt.load_state_dict(sd["optim"])
+        torch.set_rng_state(sd["rng"])
+        start = sd["step"]
+    except pmckpt.NoCheckpointError:
+        pass
+    pmckpt.hook_optimizer(opt, store)
+log(f"R {start}", echo=True)
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(a.seed * 1000003 + step)
+    x = torch.randn(64, 32, generator=g)
+    y = torch.randint(0, 10, (64,), generator=g)
+    return x, y
+
+
+pending = None
+for step in range(start, a.steps):
+    x, y = batch(step)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()  # with save_async: waits (hook) only for the layers it updates
+    log(f"L {step} {loss.item().hex()}")
+    if store is not None and (step + 1) % a.every == 0:
+        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1,
+                 "rng": torch.get_rng_state()}
+        if a.mode == "sync":
+            log(f"B {step + 1}", echo=True)
+            store.save(state, step + 1)
+            log(f"E {step + 1}")
+        else:
+            if pending is not None:
+                pending.wait()
+                log(f"D {pending.step}")
+            log(f"B {step + 1}", echo=True)
+            pending = store.save_async(state, step + 1)
+            log(f"E {step + 1}")
+if pending is not None:
+    pending.wait()
+    log(f"D {pending.step}")
+if store is not None:
+    store.close()
+log("F", echo=True)

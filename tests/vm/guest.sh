@@ -1,0 +1,213 @@
+#!/bin/sh
+# guest.sh PHASE -- the tests run inside the NVDIMM VM (busybox sh).
+#
+# Results go to the console as "PMCKPT-TAP: ok - ..." / "PMCKPT-TAP: not ok
+# - ..." / "PMCKPT-TAP: # ...", which tests/vm/run.sh numbers into its TAP
+# stream; "PMCKPT-LOG ..." lines are kept in the console log only.
+#
+# Phases (one per boot; the DIMM's backing file carries state across boots):
+#   labels1     DIMM with label storage, fresh: list, provision (refused
+#               without --init-labels, then done), provision again (no change),
+#               open a store by name, commit checkpoints
+#   labels2     same DIMM after power-off: names persisted, provision again (no
+#               change), recover bit-exact, crash loop, destroy (refused while in
+#               use and without --force), provision again (recreated)
+#   labelless1  DIMM without label storage: list, named namespace refused,
+#               namespace0.0 reconfigured to devdax by provision, again (no
+#               change), store opened by region, commit
+#   labelless2  same DIMM after power-off: recover by region, destroy
+#   probe       nothing: proves the VM boots (KVM probe)
+PHASE=${1:-probe}
+P=/pmckpt
+PMCTL=$P/pmctl
+STORE=$P/pmctl_store
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+# Sanitizer builds: a known leak inside libndctl (see lsan.supp).
+export LSAN_OPTIONS=suppressions=$P/lsan.supp
+
+ok() { echo "PMCKPT-TAP: ok - $PHASE: $*"; }
+nok() { echo "PMCKPT-TAP: not ok - $PHASE: $*"; }
+diag() { echo "PMCKPT-TAP: # $*"; }
+log() { sed 's/^/PMCKPT-LOG /' "$@"; }
+
+# check DESC CMD...: ok when CMD exits 0; its output is shown on failure.
+check() {
+	desc=$1
+	shift
+	if "$@" >/tmp/out 2>&1; then
+		ok "$desc"
+	else
+		nok "$desc (exit $?)"
+		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
+	fi
+	log /tmp/out
+}
+
+# refuse DESC PATTERN CMD...: ok when CMD exits 1 and says PATTERN.
+refuse() {
+	desc=$1
+	pat=$2
+	shift 2
+	"$@" >/tmp/out 2>&1
+	rc=$?
+	if [ "$rc" = 1 ] && grep -q -- "$pat" /tmp/out; then
+		ok "$desc"
+	else
+		nok "$desc (exit $rc, expected 1 and '$pat')"
+		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
+	fi
+	log /tmp/out
+}
+
+# has DESC FILE PATTERN: ok when FILE contains PATTERN (grep -E).
+has() {
+	if grep -Eq -- "$3" "$2"; then ok "$1"; else nok "$1"; sed 's/^/PMCKPT-TAP: #   /' "$2"; fi
+}
+hasnt() {
+	if grep -Eq -- "$3" "$2"; then nok "$1"; sed 's/^/PMCKPT-TAP: #   /' "$2"; else ok "$1"; fi
+}
+
+# tap CMD...: forwards the ok / not ok lines of a TAP program.
+tap() {
+	"$@" >/tmp/tap 2>&1
+	rc=$?
+	log /tmp/tap
+	sed -nE "s/^ok [0-9]+( -)?/PMCKPT-TAP: ok - $PHASE:/p; s/^not ok [0-9]+( -)?/PMCKPT-TAP: not ok - $PHASE:/p; s/^# /PMCKPT-TAP: # /p" /tmp/tap
+	if [ "$rc" != 0 ] && ! grep -q "^not ok" /tmp/tap; then
+		nok "$* exited $rc"
+		tail -5 /tmp/tap | sed 's/^/PMCKPT-TAP: #   /'
+	fi
+}
+
+# Waits (up to 20 s) for the NVDIMM bus and its regions to show up.
+wait_regions() {
+	i=0
+	while [ $i -lt 200 ]; do
+		[ -e /sys/bus/nd/devices/region0 ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+cat >/tmp/prov.conf <<'EOF'
+# two devdax namespaces of 496 MiB on region0, 2 MiB aligned
+namespace ckpt%d count=2 region=region0 size=496M align=2M
+EOF
+
+case "$PHASE" in
+probe)
+	ok "the VM boots"
+	exit 0
+	;;
+esac
+
+if wait_regions; then ok "NVDIMM region0 appeared"; else nok "NVDIMM region0 appeared"; fi
+
+case "$PHASE" in
+labels1)
+	check "pmctl list --json" $PMCTL list --json
+	cp /tmp/out /tmp/list0.json
+	has "region0 is label-less until labels are initialised" /tmp/list0.json '"labels":"uninitialized"'
+	has "namespace0.0 is raw" /tmp/list0.json '"mode":"raw"'
+	check "pmctl list (human)" $PMCTL list
+	refuse "provision without --init-labels is refused" "init-labels" \
+		$PMCTL provision --config /tmp/prov.conf
+	check "list unchanged after the refusal" $PMCTL list --json
+	if cmp -s /tmp/out /tmp/list0.json; then ok "refusal changed nothing"; else nok "refusal changed nothing"; fi
+	check "provision --dry-run" $PMCTL provision --config /tmp/prov.conf --init-labels --dry-run
+	has "dry run plans init-labels and two creations" /tmp/out '3 changes planned'
+	check "pmctl list --json after the dry run" $PMCTL list --json
+	if cmp -s /tmp/out /tmp/list0.json; then ok "dry run changed nothing"; else nok "dry run changed nothing"; fi
+	check "provision --init-labels creates ckpt0 and ckpt1" \
+		$PMCTL provision --config /tmp/prov.conf --init-labels
+	has "provision reports 3 changes applied" /tmp/out '3 changes applied'
+	check "pmctl list --json after provisioning" $PMCTL list --json
+	cp /tmp/out /tmp/list1.json
+	has "region0 is labelled now" /tmp/list1.json '"labels":"active"'
+	has "ckpt0 is listed" /tmp/list1.json '"name":"ckpt0"'
+	has "ckpt1 is listed" /tmp/list1.json '"name":"ckpt1"'
+	has "devdax with 2 MiB alignment" /tmp/list1.json '"align":2097152'
+	hasnt "both are active" /tmp/list1.json '"state":"disabled"'
+	check "pmctl list after provisioning (human)" $PMCTL list
+	check "pmctl list --dax" $PMCTL list --dax
+	has "the dax devices are listed" /tmp/out '^/dev/dax0\.1 '
+	check "provision again" $PMCTL provision --config /tmp/prov.conf --init-labels
+	has "the second run says nothing to do" /tmp/out 'nothing to do'
+	check "provision again, JSON" $PMCTL provision --config /tmp/prov.conf --json
+	has "the JSON plan has 0 changes" /tmp/out '"changes":0'
+	check "pmctl list --json after the second run" $PMCTL list --json
+	if cmp -s /tmp/out /tmp/list1.json; then ok "second run changed nothing"; else nok "second run changed nothing"; fi
+	refuse "create of an existing name is refused" "exists" \
+		$PMCTL create --name ckpt0 --size 16M
+	check "pmctl path ckpt0" $PMCTL path ckpt0
+	has "ckpt0 resolves to a dax device" /tmp/out '^/dev/dax[0-9]+\.[0-9]+$'
+	check "pmctl path ckpt0 --numa 0" $PMCTL path ckpt0 --numa 0
+	refuse "pmctl path ckpt0 on node 5 finds nothing" "no devdax namespace" \
+		$PMCTL path ckpt0 --numa 5
+	tap $STORE --dev ckpt0 --commit 8
+	;;
+labels2)
+	check "pmctl list --json after power-off" $PMCTL list --json
+	cp /tmp/out /tmp/list2.json
+	has "ckpt0 persisted across power-off" /tmp/list2.json '"name":"ckpt0"'
+	has "ckpt1 persisted across power-off" /tmp/list2.json '"name":"ckpt1"'
+	check "provision after reboot" $PMCTL provision --config /tmp/prov.conf
+	has "nothing to do after reboot" /tmp/out 'nothing to do'
+	tap $STORE --dev ckpt0 --recover 8
+	tap $STORE --dev ckpt0 --crash 12
+	$STORE --dev ckpt0 --hold >/tmp/hold 2>&1 &
+	holder=$!
+	i=0
+	while [ $i -lt 100 ] && ! grep -q holding /tmp/hold; do sleep 0.1; i=$((i + 1)); done
+	refuse "destroy of a mapped namespace is refused, even with --force" "in use" \
+		$PMCTL destroy ckpt0 --force
+	kill -9 $holder
+	wait $holder 2>/dev/null
+	refuse "destroy of a namespace holding a pool needs --force" "pmckpt pool" \
+		$PMCTL destroy ckpt0
+	check "destroy --force ckpt0" $PMCTL destroy ckpt0 --force
+	check "destroy ckpt1 (no pool) without --force" $PMCTL destroy ckpt1
+	check "pmctl list --json after destroy" $PMCTL list --json
+	hasnt "ckpt0 is gone" /tmp/out '"name":"ckpt0"'
+	hasnt "ckpt1 is gone" /tmp/out '"name":"ckpt1"'
+	check "provision recreates both" $PMCTL provision --config /tmp/prov.conf
+	has "two creations" /tmp/out '2 changes applied'
+	check "provision once more" $PMCTL provision --config /tmp/prov.conf
+	has "nothing to do" /tmp/out 'nothing to do'
+	check "reconfigure ckpt1 as it is" $PMCTL reconfigure ckpt1
+	has "nothing to do" /tmp/out 'nothing to do'
+	refuse "reconfigure 496 MiB to 1 GiB alignment is refused" "not a multiple" \
+		$PMCTL reconfigure ckpt1 --align 1G --force
+	;;
+labelless1)
+	check "pmctl list --json" $PMCTL list --json
+	cp /tmp/out /tmp/list0.json
+	has "region0 is label-less for good" /tmp/list0.json '"labels":"none"'
+	refuse "a named namespace on a label-less region is refused" "label-less" \
+		$PMCTL provision --config /tmp/prov.conf --init-labels
+	check "provision dev=namespace0.0 (reconfigure to devdax)" \
+		$PMCTL provision --ns 'dev=namespace0.0 align=2M'
+	has "one change applied" /tmp/out '1 change applied'
+	check "provision dev=namespace0.0 again" $PMCTL provision --ns 'dev=namespace0.0 align=2M'
+	has "nothing to do" /tmp/out 'nothing to do'
+	check "pmctl list --json" $PMCTL list --json
+	has "namespace0.0 is devdax" /tmp/out '"mode":"devdax"'
+	check "pmctl path region0" $PMCTL path region0
+	has "region0 resolves to /dev/dax0.0" /tmp/out '^/dev/dax0\.0$'
+	tap $STORE --dev region0 --commit 5
+	;;
+labelless2)
+	tap $STORE --dev region0 --recover 5
+	refuse "destroy needs --force (pool)" "pmckpt pool" $PMCTL destroy namespace0.0
+	check "destroy --force namespace0.0" $PMCTL destroy namespace0.0 --force
+	check "pmctl list --json" $PMCTL list --json
+	has "namespace0.0 is raw again" /tmp/out '"mode":"raw"'
+	check "reconfigure namespace0.0 back to devdax" $PMCTL reconfigure namespace0.0
+	check "reconfigure again (no change)" $PMCTL reconfigure namespace0.0
+	has "nothing to do" /tmp/out 'nothing to do'
+	;;
+*)
+	nok "unknown phase '$PHASE'"
+	;;
+esac
