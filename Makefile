@@ -104,6 +104,7 @@ $(BUILD)/libpmalloc.a: $(PMALLOC_OBJ)
 $(BUILD)/libpmckpt.a: $(RUNTIME_OBJ)
 	$(AR) rcs $@ $^
 $(BUILD)/libddio.a: $(DDIO_OBJ)
+	@mkdir -p $(@D)
 	@rm -f $@
 	$(AR) rcs $@ $^
 

@@ -524,7 +524,8 @@ int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
  * begin, one write per tensor, commit.  Tensors are matched by name and
  * must have the store's dtype and shape; every tensor of the store must be
  * present.  A file written by another tool (no checksums) is accepted.
- * Errors: PMCK_E_LAYOUT (missing tensor, other dtype or shape),
+ * A file of pmckpt's own must match the store's layout hash.
+ * Errors: PMCK_E_LAYOUT (missing tensor, other dtype or shape, other layout hash),
  * PMCK_E_CORRUPT, those of begin and commit.
  */
 int pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step);

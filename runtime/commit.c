@@ -62,8 +62,7 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 	pma_region_persist(s->region, &s->slot[target]->seal, sizeof(uint64_t));
 	if ((int)target == s->readable_slot)
 		s->readable_slot = -1;
-	if ((int)target == s->bad_slot)
-		s->bad_slot = -1;
+	s->bad[target] = 0;
 
 	for (uint32_t i = 0; i < s->hdr->ntensors; i++)
 		atomic_store_explicit(&s->written[i], 0, memory_order_relaxed);
@@ -88,7 +87,7 @@ pmck__begin_target(struct pmck_store *s, int64_t *newest_step)
 	/* A slot that failed verification holds nothing worth keeping. */
 	int64_t st[2];
 	for (unsigned k = 0; k < 2; k++)
-		st[k] = (int)k == s->bad_slot ? -1 : pmck__sealed_step(s, k);
+		st[k] = s->bad[k] ? -1 : pmck__sealed_step(s, k);
 	unsigned newest = st[1] > st[0];
 	*newest_step = st[newest];
 	return st[newest] >= 0 ? !newest : 0;

@@ -67,11 +67,14 @@ clean(struct pmck_copyout *c, int cleanup_all)
 
 	for (size_t i = 0; i < l.n && !ret; i++) {
 		int drop = l.complete[i] ? kept >= c->o.keep : cleanup_all || kept >= c->o.keep;
-		if (l.complete[i] && !drop)
+		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
+		if (l.complete[i] && !drop) {
 			kept++;
+			if (cleanup_all) /* a re-copy of a complete step killed halfway */
+				ret = pmck__remove_tmp(c->dir, name);
+		}
 		if (!drop)
 			continue;
-		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
 		ret = pmck__remove_step(c->dir, name);
 		if (!ret && l.complete[i]) {
 			pthread_mutex_lock(&c->lock);
@@ -329,14 +332,14 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 	if ((ret = pmck__list_steps(shared_dir, &l)))
 		return pma__err_prefix(PMCK_E_NO_CHECKPOINT, "no local checkpoint (%s); shared "
 				"directory", local_why);
-	char leaf[64], path[PATH_MAX];
+	char leaf[64], path[PATH_MAX], why[384] = "none complete";
 	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", rank);
 	ret = PMCK_E_NO_CHECKPOINT;
 	for (size_t i = 0; i < l.n; i++) {
 		if (!l.complete[i] || pmck__step_path(path, sizeof(path), shared_dir, (uint64_t)l.step[i], leaf))
 			continue;
 		/* import checks every tensor against the file's checksums before committing it */
-		if (pmck_safetensors_import(s, path, (uint64_t)l.step[i]) == 0 &&
+		if (pmck__safetensors_import(s, path, (uint64_t)l.step[i], 1) == 0 &&
 		    pmck_store_recover(s, &rec) == 0) {
 			out->step = rec.step;
 			out->tier = PMCK_TIER_SHARED;
@@ -347,10 +350,11 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 			ret = 0;
 			break;
 		}
+		snprintf(why, sizeof(why), "%s", pmck_errormsg()); /* the newest failure, for the message */
 	}
 	pmck__free_steps(&l);
 	if (ret)
-		pma__err(ret, "no checkpoint: locally %s; no complete, verified step for rank %u in %s",
-				local_why, rank, shared_dir);
+		pma__err(ret, "no checkpoint: locally %s; no complete, verified step for rank %u in "
+				"%s (%s)", local_why, rank, shared_dir, why);
 	return ret;
 }

@@ -272,7 +272,7 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	} else if (!ret) {
 		char path[PATH_MAX];
 		if (!(ret = shared_file(g, dir, step, path, sizeof(path))) &&
-		    !(ret = pmck_safetensors_import(g->store, path, step)))
+		    !(ret = pmck__safetensors_import(g->store, path, step, 1)))
 			ret = pmck_store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_SHARED;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from %.400s (no local copy)",

@@ -81,8 +81,8 @@ struct pmck_store {
 	_Atomic uint64_t *written;  /* bytes written per tensor in this checkpoint */
 	size_t fused_block;         /* bytes hashed, then streamed, at a time */
 	int readable_slot;          /* recovered slot, -1 if none */
-	int bad_slot;               /* slot that failed verification, -1 if none */
-	int verified;               /* recover ran (or the store is new): bad_slot is known */
+	int bad[2];                 /* slot failed verification: holds nothing worth keeping */
+	int verified;               /* recover ran (or the store is new): bad[] is known */
 	int in_flight;
 	struct pmck_ckpt ckpt;
 	/* Slots being read by a copier: begin must not overwrite them (see pmck__slot_pin). */
@@ -112,6 +112,8 @@ int pmck__slot_pinned(struct pmck_store *s, unsigned k);
 int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
 		const char *path, unsigned rank, unsigned world_size,
 		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes);
+/* safetensors.c: pmck_safetensors_import; with exact_step the file's own step must be `step`. */
+int pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, int exact_step);
 /* safetensors.c: fsync of a directory, so a rename or unlink in it is durable. */
 int pmck__fsync_dir(const char *dir);
 
@@ -128,6 +130,8 @@ void pmck__free_steps(struct pmck__steps *l);
 int pmck__step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf);
 /* Removes DIR/<name> (a step directory), marker first, and fsyncs DIR. */
 int pmck__remove_step(const char *dir, const char *name);
+/* Removes the *.tmp leftovers of an interrupted write inside DIR/<name>. */
+int pmck__remove_tmp(const char *dir, const char *name);
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */

@@ -54,7 +54,7 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 	if (s->in_flight)
 		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
 	s->readable_slot = -1;
-	s->bad_slot = -1;
+	s->bad[0] = s->bad[1] = 0;
 	s->verified = 1;
 
 	/* Candidates, newest first; a seal must agree with the step stored beside it. */
@@ -78,8 +78,8 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 			r.rejected_slot = k;
 			r.rejected_step = (uint64_t)st[k];
 			snprintf(r.rejected_tensor, sizeof(r.rejected_tensor), "%s", s->tmap[bad].name);
-			s->bad_slot = (int)k;
 		}
+		s->bad[k] = 1; /* every failing slot: begin must never keep one over a good one */
 	}
 	if (info)
 		*info = r;

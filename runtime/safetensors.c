@@ -236,6 +236,8 @@ struct st_file {
 	json_object *root;
 	struct st_tensor *t;
 	size_t n;
+	int is_pmckpt, has_step, has_layout;
+	uint64_t layout_hash;
 	struct pmck_file_info info;
 };
 
@@ -312,10 +314,14 @@ st_open(const char *path, struct st_file *f)
 	struct json_tokener *tok = json_tokener_new();
 	f->root = json_tokener_parse_ex(tok, (const char *)f->map + 8, (int)hlen);
 	enum json_tokener_error jerr = json_tokener_get_error(tok);
+	size_t end = json_tokener_get_parse_end(tok);
 	json_tokener_free(tok);
 	if (!f->root || !json_object_is_type(f->root, json_type_object) ||
-	    (jerr != json_tokener_success && jerr != json_tokener_continue))
+	    jerr != json_tokener_success)
 		return BAD(f, "header is not a JSON object", path);
+	for (size_t i = end; i < hlen; i++) /* only padding may follow the object */
+		if (f->map[8 + i] != ' ')
+			return BAD(f, "bytes after the JSON header", path);
 
 	json_object *meta = NULL;
 	json_object_object_get_ex(f->root, "__metadata__", &meta);
@@ -345,13 +351,18 @@ st_open(const char *path, struct st_file *f)
 		uint64_t bytes = pmck_dtype_size(t->dtype);
 		t->ndim = (uint32_t)json_object_array_length(shape);
 		for (uint32_t d = 0; d < t->ndim; d++) {
-			int64_t v = json_object_get_int64(json_object_array_get_idx(shape, d));
-			if (v < 0 || __builtin_mul_overflow(bytes, (uint64_t)v, &bytes))
+			json_object *dim = json_object_array_get_idx(shape, d);
+			int64_t v = json_object_get_int64(dim);
+			if (!json_object_is_type(dim, json_type_int) || v < 0 ||
+			    __builtin_mul_overflow(bytes, (uint64_t)v, &bytes))
 				return BAD(f, "tensor '%s': bad shape", path, key);
 			t->shape[d] = (uint64_t)v;
 		}
-		int64_t b = json_object_get_int64(json_object_array_get_idx(offs, 0));
-		int64_t e = json_object_get_int64(json_object_array_get_idx(offs, 1));
+		json_object *jb = json_object_array_get_idx(offs, 0), *je = json_object_array_get_idx(offs, 1);
+		int64_t b = json_object_get_int64(jb);
+		int64_t e = json_object_get_int64(je);
+		if (!json_object_is_type(jb, json_type_int) || !json_object_is_type(je, json_type_int))
+			return BAD(f, "tensor '%s': data_offsets are not integers", path, key);
 		if (b < 0 || e < b || (uint64_t)e > f->data_size)
 			return BAD(f, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] outside the "
 					"%" PRIu64 " data bytes (truncated?)", path, key, b, e, f->data_size);
@@ -385,7 +396,20 @@ st_open(const char *path, struct st_file *f)
 	if (ret)
 		return ret;
 
+	/* A file that says it is pmckpt's must carry every checksum: a damaged entry is not "absent". */
+	json_object *fmt = NULL;
+	f->is_pmckpt = meta && json_object_object_get_ex(meta, "format", &fmt) &&
+		       json_object_is_type(fmt, json_type_string) &&
+		       !strcmp(json_object_get_string(fmt), "pmckpt");
+	for (size_t i = 0; f->is_pmckpt && i < f->n; i++)
+		if (!f->t[i].has_checksum)
+			return BAD(f, "tensor '%s': missing or malformed xxh3 checksum in a pmckpt file",
+					path, f->t[i].name);
 	uint64_t v;
+	f->has_step = meta_u64(meta, "step", 10, &v) == 0;
+	f->has_layout = meta_u64(meta, "layout_hash", 16, &f->layout_hash) == 0;
+	if (f->is_pmckpt && (!f->has_step || !f->has_layout))
+		return BAD(f, "pmckpt file without a valid step or layout_hash", path);
 	f->info.ntensors = f->n;
 	f->info.data_bytes = f->data_size;
 	f->info.step = meta_u64(meta, "step", 10, &v) == 0 ? v : 0;
@@ -426,6 +450,12 @@ same_dtype(enum pmck_dtype a, enum pmck_dtype b)
 int
 pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step)
 {
+	return pmck__safetensors_import(s, path, step, 0);
+}
+
+int
+pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, int exact_step)
+{
 	struct st_file f;
 	struct pmck_ckpt *c = NULL;
 	uint32_t n = s->hdr->ntensors;
@@ -434,7 +464,13 @@ pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step)
 
 	if (ret)
 		goto out;
-	if (f.info.step)
+	/* A step taken from a directory's name must agree with the file's own. */
+	if (exact_step && f.has_step && step != f.info.step) {
+		ret = pma__err(PMCK_E_CORRUPT, "%s says step %" PRIu64 ", expected %" PRIu64, path,
+				f.info.step, step);
+		goto out;
+	}
+	if (f.has_step)
 		step = f.info.step;
 	map = malloc(n * sizeof(*map));
 	if (!map) {
@@ -458,6 +494,10 @@ pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step)
 			ret = pma__err(PMCK_E_LAYOUT, "%s: tensor '%s' has another dtype or shape than "
 					"the store's", path, e->name);
 	}
+	/* Names, dtypes and shapes agree; the hash also covers layers and order. */
+	if (!ret && f.has_layout && f.layout_hash != s->hdr->layout_hash)
+		ret = pma__err(PMCK_E_LAYOUT, "%s was written for layout %016" PRIx64 ", the store has "
+				"%016" PRIx64, path, f.layout_hash, s->hdr->layout_hash);
 	if (ret || (ret = pmck_store_begin(s, step, &c)))
 		goto out;
 	for (uint32_t i = 0; i < n && !ret; i++)

@@ -48,7 +48,8 @@ pmck__remove_step(const char *dir, const char *name)
 		struct dirent *de;
 		/* The marker goes first: a crash halfway leaves an incomplete step, never a broken complete one. */
 		snprintf(file, sizeof(file), "%s/" PMCK_MARKER, path);
-		unlink(file);
+		if (unlink(file) == 0)
+			pmck__fsync_dir(path); /* the marker's removal is durable before any file goes */
 		while ((de = readdir(d)))
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
 				snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
@@ -111,3 +112,25 @@ pmck__free_steps(struct pmck__steps *l)
 	free(l->complete);
 }
 
+
+int
+pmck__remove_tmp(const char *dir, const char *name)
+{
+	char path[PATH_MAX], file[PATH_MAX + 512];
+	int removed = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len > 4 && !strcmp(de->d_name + len - 4, ".tmp")) {
+			snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
+			removed += unlink(file) == 0;
+		}
+	}
+	closedir(d);
+	return removed ? pmck__fsync_dir(path) : 0;
+}

@@ -58,7 +58,6 @@ store_attach(struct pma_pool *p, const char *name, char *meta, char *data0, char
 	s->data[0] = data0;
 	s->data[1] = data1;
 	s->readable_slot = -1;
-	s->bad_slot = -1;
 	pthread_mutex_init(&s->pin_lock, NULL);
 	pthread_cond_init(&s->pin_cond, NULL);
 	/*

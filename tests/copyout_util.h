@@ -321,21 +321,4 @@ file_holds(const char *path, const struct pmck_tensor_desc *d, size_t n, uint64_
 	return 1;
 }
 
-#ifdef PMCK_TAP_H
-/* A TAP "TODO" test (tap.h has none): reported, but a failure is expected and not counted. */
-static inline void __attribute__((format(printf, 3, 4)))
-todo_ok(int cond, const char *why, const char *fmt, ...)
-{
-	va_list ap;
-
-	tap_run++;
-	printf("%sok %d - ", cond ? "" : "not ", tap_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" # TODO %s\n", why);
-	fflush(stdout);
-}
-#endif
-
 #endif
