@@ -25,6 +25,7 @@
 #define MAX_HEADER (100u << 20) /* the reference implementation's limit */
 #define WRITE_PIECE (8u << 20)
 #define PROGRESS_EVERY (64u << 20)
+#define WRITEBACK_LAG (64u << 20)
 
 int
 pmck__fsync_dir(const char *dir)
@@ -169,6 +170,17 @@ pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t st
 			if ((ret = write_all_fd(fd, src + off, n, tmp)))
 				goto fail;
 			done += n;
+			/*
+			 * Start writeback of what was just written, and wait for the
+			 * range written WRITEBACK_LAG earlier: the disk works while we
+			 * copy, dirty pages stay bounded, and the final fsync is short.
+			 */
+			uint64_t end = sizeof(le) + hlen + done;
+			sync_file_range(fd, (off64_t)(end - n), (off64_t)n, SYNC_FILE_RANGE_WRITE);
+			if (end > WRITEBACK_LAG)
+				sync_file_range(fd, (off64_t)(end - WRITEBACK_LAG - n), (off64_t)n,
+						SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+						SYNC_FILE_RANGE_WAIT_AFTER);
 			if (progress && done >= next_report) {
 				progress(arg, step, done, total);
 				next_report = done + PROGRESS_EVERY;
