@@ -150,7 +150,12 @@ deps:
 
 tests: $(TESTS) $(TOOLS) $(MPI_TESTS)
 
-check: all tests
+# The PyTorch binding's interpreter (tools/python-env: a venv outside the clone, built once).
+python-env:
+	@tools/python-env >/dev/null
+.PHONY: python-env
+
+check: all tests python-env
 	BUILD=$(BUILD) prove --exec '' $(TESTS) $(wildcard tests/*.sh)
 
 # The emulated-NVDIMM VM test alone, verbose, with a longer budget (tests/vm/run.sh).
@@ -171,6 +176,7 @@ bench: all
 	$(BUILD)/pmck-bench
 	$(BUILD)/pmck-pipebench
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
+	BUILD=$(BUILD) bindings/python/bench/run.sh
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)

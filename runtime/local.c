@@ -4,6 +4,7 @@
  * is given, otherwise a ramdisk file with the same two-slot protocol.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,20 @@ blank_header(const struct pma_region *r)
 	return 1;
 }
 
+/* Does the file start with a pool's magic? (read, not mapped: it may be too short to map) */
+static int
+holds_pool_magic(const char *path)
+{
+	char magic[8] = {0};
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, magic, sizeof(magic));
+	close(fd);
+	return n == (ssize_t)sizeof(magic) && !memcmp(magic, "PMAPOOL", sizeof(magic));
+}
+
 int
 pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 {
@@ -68,6 +83,15 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		    (int)sizeof(l->path))
 			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
 		ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+		/*
+		 * A creation killed before the pool was formatted leaves a short or
+		 * blank file: it is ours (our name, our directory) and holds no pool,
+		 * so nothing is lost by making it again.
+		 */
+		if ((ret == -ENOSPC || ret == -EINVAL) && !holds_pool_magic(l->path)) {
+			unlink(l->path);
+			ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+		}
 	}
 	if (ret)
 		return ret;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <numa.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,6 +58,7 @@ struct pmck_pipeline {
 	uint32_t layers_put;
 	uint64_t outstanding;
 	int error;               /* first failure of the checkpoint in flight */
+	char errmsg[512];        /* its message (written on a writer thread, whose buffer is its own) */
 	int result;              /* outcome of the last finished checkpoint */
 	struct pmck_pipeline_stats stats;
 };
@@ -142,8 +144,10 @@ writer(void *arg)
 		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self);
 
 		pthread_mutex_lock(&p->lock);
-		if (ret && !p->error)
+		if (ret && !p->error) {
 			p->error = ret;
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
+		}
 		p->outstanding--;
 		if (--p->layer_pending[j.layer] == 0)
 			pthread_cond_broadcast(&p->done);
@@ -173,6 +177,8 @@ finish_locked(struct pmck_pipeline *p)
 	else if (p->opts.copyout)
 		ret = pmck_copyout_submit(p->opts.copyout); /* pins the new slot, returns at once */
 	pthread_mutex_lock(&p->lock);
+	if (ret && !p->error)
+		snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
 	if (!ret) {
 		p->stats.committed++;
 		p->stats.last_step = pmck_ckpt_step(p->ckpt);
@@ -415,6 +421,8 @@ pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer)
 	pthread_mutex_lock(&p->lock);
 	WAIT_WHILE(p, p->layer_pending[ix] > 0);
 	ret = p->error;
+	if (ret)
+		pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	pthread_mutex_unlock(&p->lock);
 	return ret;
 }
@@ -432,6 +440,8 @@ pmck_pipeline_wait(struct pmck_pipeline *p)
 	} else {
 		WAIT_WHILE(p, p->active);
 		ret = p->result;
+		if (ret)
+			pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return ret;

@@ -24,7 +24,7 @@ import struct
 import torch
 
 from . import _lib
-from .errors import LayoutError, MetadataTooLargeError, UnsupportedObjectError, CorruptError
+from .errors import UnsupportedObjectError, CorruptError
 
 META_NAME = "__pmckpt_meta__"
 FORMAT = "pmckpt-python/1"

@@ -19,12 +19,10 @@ One store per rank (a node-local store).  The coordinator's store also holds
 the global Metadata; other ranks commit their items at the end of
 write_data.  Tested in a single process (no process group).
 """
-import dataclasses
 import io
 import pickle
 import uuid
 
-import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import storage as _storage
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
@@ -89,7 +87,7 @@ class StorageWriter(_storage.StorageWriter):
         return plans
 
     def write_data(self, plan, planner):
-        tensors, self._bytes, results, sizes = {}, {}, [], {}
+        tensors, self._bytes, results = {}, {}, []
         for item in plan.items:
             key = _key(item.index)
             data = planner.resolve_data(item)

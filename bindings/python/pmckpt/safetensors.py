@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """safetensors files: the copy-out's format.  Reading them needs no
 `safetensors` package: the header is JSON, the data plain bytes."""
-import ctypes
 import json
 import mmap
 import os

@@ -9,11 +9,11 @@ from ctypes import byref, c_void_p
 import torch
 
 from . import _lib
-from ._copy import Copier
+from ._copy import Copier, parallel_fresh
 from ._lib import lib, check
-from ._state import (META_NAME, FORMAT, Decoder, Flattener, Layout, assign_layers, blob_capacity,
+from ._state import (META_NAME, FORMAT, Decoder, Flattener, Layout, blob_capacity,
                      dense_permutation, make_blob, module_prefix, parse_blob, tree_names,
-                     torch_dtype, _PMCK_TO_TORCH, _ST_TO_PMCK)
+                     torch_dtype, _PMCK_TO_TORCH)
 from .errors import (Error, LayoutError, MetadataTooLargeError, NoCheckpointError,
                      CorruptError, PMCK_E_NO_CHECKPOINT, PMA_E_NOT_POOL, error_for)
 
@@ -31,16 +31,17 @@ def _u8_view(addr, nbytes):
     return torch.frombuffer(buf, dtype=torch.uint8)
 
 
-def copy_into(dst, src, copier):
+def copy_into(dst, src, copier, fresh=False):
     """dst[...] = src, where src views the region.  When dst's memory, in
     order, is exactly src's bytes (dense CPU tensor, same strides) the copy is
-    a memcpy queued on copier; otherwise torch copies now (CUDA, other strides)."""
+    a memcpy queued on copier; otherwise torch copies now (CUDA, other strides).
+    fresh: dst was just allocated."""
     n = src.numel() * src.element_size()
     if n == 0:
         return
     if dst.device.type == "cpu" and dst.stride() == src.stride() and \
             dense_permutation(dst) is not None:
-        copier.add(dst.data_ptr(), src.data_ptr(), n)
+        copier.add(dst.data_ptr(), src.data_ptr(), n, fresh)
     else:
         dst.copy_(src)
 
@@ -81,14 +82,14 @@ class SaveHandle:
         self._done = skipped
         self._all_put = False
         self._error = None
-        self._layer_of = {}
-        self._ptr_layer = {}
+        self._layer_of = {}   # tensor name or module prefix -> its layers
+        self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
         for e in entries:
-            self._layer_of[e.name] = e.layer
-            self._layer_of.setdefault(module_prefix(e.name), e.layer)
+            self._layer_of.setdefault(e.name, set()).add(e.layer)
+            self._layer_of.setdefault(module_prefix(e.name), set()).add(e.layer)
             if e.zero_copy and e.nbytes:
                 self._ptr_layer.setdefault(e.tensor.data_ptr(), e.layer)
-        self._layers = sorted(set(self._layer_of.values()))
+        self._layers = {e.layer for e in entries}
 
     @property
     def done(self):
@@ -115,10 +116,10 @@ class SaveHandle:
     def wait_layer(self, name):
         """Blocks until the layer holding `name` is persisted: a tensor name
         ("model/fc1.weight"), a module prefix ("model/fc1") or a layer number."""
-        if isinstance(name, int):
+        if isinstance(name, int) and name in self._layers:
             layers = [name]
-        elif name in self._layer_of:
-            layers = [self._layer_of[name]]
+        elif isinstance(name, str) and name in self._layer_of:
+            layers = self._layer_of[name]
         else:
             raise KeyError(f"no tensor or module '{name}' in the checkpoint of step {self.step}")
         self._wait_layers(layers)
@@ -169,6 +170,7 @@ class Store:
             raise ValueError("give either path (PM) or ramdisk, not both")
         self.name = name
         self.path = os.fspath(path) if path is not None else None
+        self._resolved = None
         self.ramdisk_dir = (ramdisk if isinstance(ramdisk, (str, os.PathLike)) else "/dev/shm") \
             if path is None else None
         self.shared_dir = os.fspath(shared_dir) if shared_dir is not None else None
@@ -194,14 +196,18 @@ class Store:
     def _pm_path(self):
         if self.path is None:
             return None
+        if self._resolved is not None:
+            return self._resolved
         if os.path.exists(self.path) or "/" in self.path:
+            self._resolved = self.path
             return self.path
         resolve = _lib.optional("pma_ns_dax_path")
         if resolve is None:
             raise Error(f"'{self.path}' is no file, and this libpmalloc cannot resolve namespace names")
         buf = ctypes.create_string_buffer(4096)
         check(resolve(self.path.encode(), -1, buf, len(buf)), f"namespace '{self.path}'")
-        return buf.value.decode()
+        self._resolved = buf.value.decode()
+        return self._resolved
 
     @property
     def region_path(self):
@@ -213,9 +219,27 @@ class Store:
         """Which backend was chosen and why (after the first save or load)."""
         return self._h.description if self._h else None
 
+    def _blank_ramdisk_file(self, path):
+        """True if path is our ramdisk file and holds no pool: empty, or a zero
+        pool magic.  That is what a process killed while creating it leaves
+        (pmck_local_open sizes and formats the file in place, the pool's magic
+        last), and pmck_local_open can neither map an empty file, nor grow a
+        short one, nor format one whose header is half written."""
+        if self.path is not None:
+            return False
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(8)
+        except FileNotFoundError:
+            return False
+        return not any(magic)
+
     def _open_existing(self):
         """Opens region, pool and store if they exist; None if there is no store yet."""
         path = self.region_path
+        if self._blank_ramdisk_file(path):
+            os.unlink(path)  # the leftover of an interrupted creation: start afresh
+            return None
         region, pool, store = c_void_p(), c_void_p(), c_void_p()
         rc = lib.pma_region_open(path.encode(), 0, _lib.PMA_REGION_NO_PREFAULT, byref(region))
         if rc == _lib.ENOENT:
@@ -594,7 +618,7 @@ class Store:
                     raise LayoutError(f"into= has tensor '{extra[0]}', which the checkpoint of "
                                       f"step {doc['step']} does not")
             tensors = {}
-            copier = Copier()
+            copier = Copier(parallel=into is not None or parallel_fresh())
             for name in tree_names(doc["tree"]):
                 info = infos.get(name, {})
                 tensors[name] = self._load_tensor(name, info, targets.get(name), map_location,
@@ -604,14 +628,15 @@ class Store:
 
     def _load_tensor(self, name, info, dst, map_location, copier):
         idx, ti, src = self._tensor_view(name, info)
-        if dst is None:
+        fresh = dst is None
+        if fresh:
             dev = map_location if map_location is not None else info.get("dev", "cpu")
             dst = (torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=dev)
                    if "stride" in info else torch.empty(src.shape, dtype=src.dtype, device=dev))
         elif dst.dtype != src.dtype or dst.shape != src.shape:
             raise LayoutError(f"tensor '{name}': {dst.dtype}{list(dst.shape)} in into=, "
                               f"{src.dtype}{list(src.shape)} in the checkpoint")
-        copy_into(dst, src, copier)
+        copy_into(dst, src, copier, fresh)
         return dst
 
     # ------------------------------------------------------------ the rest

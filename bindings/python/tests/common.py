@@ -1,7 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Helpers shared by the binding's tests."""
-import collections
-
 import numpy as np
 import torch
 

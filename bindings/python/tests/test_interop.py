@@ -12,7 +12,7 @@ import torch
 import pmckpt
 from pmckpt._state import META_NAME
 
-from common import clone, mlp, one_step, same, train_state
+from common import mlp, one_step, same, train_state
 from tap import Tap
 
 torch.set_num_threads(1)

@@ -3,9 +3,8 @@
 loads, layer-wise waits and the optimizer hook, and bad input (unsupported
 objects, too much metadata, another layout, corrupted slots and metadata):
 each a clear exception, after which the previous checkpoint still loads."""
-import collections
-import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -127,6 +126,33 @@ def test_into_mismatch():
     wrong = {"model": {"0.weight": torch.empty(3, 3)}}
     with pmckpt.Store(name="rt", ramdisk=D) as s:
         s.load(into=wrong)
+
+
+def test_parallel_copies():
+    """Loads of more than a few MiB copy on several threads, in 8 MiB pieces:
+    into existing tensors always, into new ones with >= 4 CPUs or
+    PMCKPT_COPY_THREADS (set here, so this runs on any machine)."""
+    g = torch.Generator().manual_seed(11)
+    st = {"a": torch.randn(3 << 20, generator=g), "b": torch.randn(1000, 999, generator=g),
+          "c": torch.randint(0, 255, (5 << 20,), generator=g, dtype=torch.uint8),
+          "d": torch.randn(7, generator=g)}
+    old = os.environ.get("PMCKPT_COPY_THREADS")
+    os.environ["PMCKPT_COPY_THREADS"] = "3"
+    try:
+        with pmckpt.Store(name="par", ramdisk=D) as s:
+            s.save(st, 1)
+        with pmckpt.Store(name="par", ramdisk=D) as s:
+            r = same(st, s.load())
+            if r:
+                return "new tensors: " + r
+            into = {k: torch.zeros_like(v) for k, v in st.items()}
+            s.load(into=into)
+            return same(st, into)
+    finally:
+        if old is None:
+            del os.environ["PMCKPT_COPY_THREADS"]
+        else:
+            os.environ["PMCKPT_COPY_THREADS"] = old
 
 
 def test_zero_copy_sources():
@@ -400,6 +426,28 @@ def test_no_checkpoint():
                  pmckpt.NoCheckpointError, s.load, match="nothing-here")
 
 
+def test_interrupted_creation():
+    """A process killed while creating the ramdisk file leaves it empty, short or
+    with a half-written pool header: that is no store, and the next save starts afresh."""
+    for what, content, size in (("empty", b"", 0), ("short", b"", 4096),
+                                ("pool header without its magic", b"\0" * 8 + b"\1" * 72, 1 << 20)):
+        path = os.path.join(D, "pmckpt-interrupted.pool")
+        with open(path, "wb") as f:
+            f.write(content)
+            f.truncate(size)
+        with pmckpt.Store(name="interrupted", ramdisk=D) as s:
+            try:
+                s.load()
+                return f"{what}: loaded something"
+            except pmckpt.NoCheckpointError:
+                pass
+            s.save({"w": torch.ones(3)}, 1)
+            r = same({"w": torch.ones(3)}, s.load())
+            if r:
+                return f"{what}: {r}"
+        os.unlink(path)
+
+
 def test_step_order():
     s, st = base_store("order")
     T.raises("a step not after the newest: Error with the library's message", pmckpt.Error,
@@ -451,9 +499,12 @@ def test_namespace_name():
 def test_pip_install():
     """pip install ./bindings/python puts an importable package in place."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    target = T.tmpdir("pmck-py-pip-")
+    work = T.tmpdir("pmck-py-pip-")
+    src = os.path.join(work, "src")  # a copy: the build leaves build/ and *.egg-info behind
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = os.path.join(work, "site")
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                        "--no-build-isolation", "--no-index", "--target", target, root],
+                        "--no-build-isolation", "--no-index", "--target", target, src],
                        capture_output=True, text=True)
     if r.returncode:
         return r.stdout + r.stderr
@@ -471,6 +522,7 @@ T.run("round trip: nested dicts, lists, tuples, int keys, every dtype, strides, 
 T.run("layout: store dtypes and shapes, one layer per module in module order", test_layout_and_layers)
 T.run("load(into=...) fills model and optimizer tensors in place", test_into)
 T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, test_into_mismatch)
+T.run("loads of several MiB copy on several threads, correctly", test_parallel_copies)
 T.run("contiguous and dense CPU tensors are written from their own memory", test_zero_copy_sources)
 T.run("save_async + hook_optimizer: every checkpoint equals the state at its save", test_async_and_hook)
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
@@ -485,6 +537,7 @@ T.run("another layout: LayoutError, the previous checkpoint loads", test_other_l
 T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
       test_corrupted_slot)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
 T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
