@@ -7,7 +7,7 @@ batches that depend only on (seed, step).  One thread, deterministic
 algorithms: the losses are a pure function of the seed.  Records, one write()
 each, appended to --log (they survive a SIGKILL in the page cache):
   R <step>          resumed from the checkpoint of <step> (0: fresh start)
-  L <step> <hex>    loss of <step>, float.hex
+  L <step> <hex>    loss of <step>, float.hex (also printed to stdout)
   B <step>          a checkpoint of <step> begins (also printed to stdout)
   E <step>          save (sync: durable) / save_async (async: queued) returned
   D <step>          async: the checkpoint of <step> is committed (handle.wait)
@@ -79,7 +79,7 @@ for step in range(start, a.steps):
     opt.zero_grad()
     loss.backward()
     opt.step()  # with save_async: waits (hook) only for the layers it updates
-    log(f"L {step} {loss.item().hex()}")
+    log(f"L {step} {loss.item().hex()}", echo=True)
     if store is not None and (step + 1) % a.every == 0:
         state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1,
                  "rng": torch.get_rng_state()}
