@@ -57,6 +57,7 @@ PMALLOC_SRC := $(wildcard pmalloc/*.c)
 DDIO_SRC    := $(wildcard ddio/*.c)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
 TOOL_SRC    := $(wildcard tools/*.c)
+TOOLLIB     := $(BUILD)/libtoolutil.a
 TEST_SRC    := $(wildcard tests/*.c)
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
@@ -91,7 +92,7 @@ TRIALS ?= 10000
 
 all: $(LIBS_A) $(LIBS_SO) $(TOOLS) $(PCS) $(MPI_LIB) $(MPI_TOOLS)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h ddio/*.h tools/*.h tests/*.h) | deps
+$(BUILD)/%.o: %.c $(wildcard include/*.h pmalloc/*.h runtime/*.h ddio/*.h tools/*.h tools/lib/*.h tests/*.h) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -123,15 +124,19 @@ $(BUILD)/mpi/%.o: mpi/%.c include/pmckpt.h include/pmckpt_mpi.h | deps
 	$(MPICC) $(CFLAGS) -c -o $@ $<
 $(BUILD)/libpmckpt_mpi.a: $(patsubst mpi/%.c,$(BUILD)/mpi/%.o,$(wildcard mpi/*.c))
 	$(AR) rcs $@ $^
-$(MPI_TOOLS): $(BUILD)/%: tools/mpi/%.c $(MPI_LIB) $(LIBS_A)
-	$(MPICC) $(CFLAGS) -o $@ $< $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
+$(MPI_TOOLS): $(BUILD)/%: tools/mpi/%.c $(MPI_LIB) $(LIBS_A) $(TOOLLIB)
+	$(MPICC) $(CFLAGS) -o $@ $< $(TOOLLIB) $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
 $(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(LIBS_A) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
 	$(MPICC) $(CFLAGS) -Itests -o $@ $< $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
 
+# Helpers shared by the tools (tools/lib): not installed, not an API.
+$(TOOLLIB): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/lib/*.c))
+	$(AR) rcs $@ $^
+
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
-$(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
+$(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A) $(TOOLLIB)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(LIBS_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(shell $(PKG_CONFIG) --libs libpmemobj)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm

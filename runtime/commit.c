@@ -122,19 +122,29 @@ pmck__slot_pinned(struct pmck_store *s, unsigned k)
 uint64_t pmck_ckpt_step(const struct pmck_ckpt *c) { return c->step; }
 unsigned pmck_ckpt_slot(const struct pmck_ckpt *c) { return c->slot; }
 
+/* The map entry of tensor idx of a live checkpoint, or NULL with the error in *ret. */
+static const struct tmap_entry *
+live_tensor(const struct pmck_ckpt *c, size_t idx, int *ret)
+{
+	if ((*ret = check_live(c)))
+		return NULL;
+	if (idx >= c->store->hdr->ntensors) {
+		*ret = pma__err(-ERANGE, "tensor index %zu out of range (%u tensors)", idx,
+				c->store->hdr->ntensors);
+		return NULL;
+	}
+	return &c->store->tmap[idx];
+}
+
 int
 pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off, const void *src,
 		uint64_t len)
 {
-	int ret = check_live(c);
-	if (ret)
+	int ret;
+	const struct tmap_entry *e = live_tensor(c, idx, &ret);
+	if (!e)
 		return ret;
 	struct pmck_store *s = c->store;
-
-	if (idx >= s->hdr->ntensors)
-		return pma__err(-ERANGE, "tensor index %zu out of range (%u tensors)", idx,
-				s->hdr->ntensors);
-	const struct tmap_entry *e = &s->tmap[idx];
 	if (off > e->nbytes || len > e->nbytes - off)
 		return pma__err(-ERANGE, "tensor '%s': range %llu+%llu beyond its %llu bytes",
 				e->name, (unsigned long long)off, (unsigned long long)len,
@@ -157,29 +167,17 @@ pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off, const void 
 int
 pmck_ckpt_write(struct pmck_ckpt *c, size_t idx, const void *src)
 {
-	int ret = check_live(c);
-	if (ret)
-		return ret;
-	struct pmck_store *s = c->store;
-
-	if (idx >= s->hdr->ntensors)
-		return pma__err(-ERANGE, "tensor index %zu out of range (%u tensors)", idx,
-				s->hdr->ntensors);
-	return pmck_ckpt_write_range(c, idx, 0, src, s->tmap[idx].nbytes);
+	int ret;
+	const struct tmap_entry *e = live_tensor(c, idx, &ret);
+	return e ? pmck_ckpt_write_range(c, idx, 0, src, e->nbytes) : ret;
 }
 
 void *
 pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx)
 {
-	if (check_live(c))
-		return NULL;
-	struct pmck_store *s = c->store;
-
-	if (idx >= s->hdr->ntensors) {
-		pma__err(-ERANGE, "tensor index %zu out of range", idx);
-		return NULL;
-	}
-	return s->data[c->slot] + s->tmap[idx].offset;
+	int ret;
+	const struct tmap_entry *e = live_tensor(c, idx, &ret);
+	return e ? c->store->data[c->slot] + e->offset : NULL;
 }
 
 int
@@ -203,15 +201,12 @@ pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len)
 int
 pmck_ckpt_mark_written(struct pmck_ckpt *c, size_t idx)
 {
-	int ret = check_live(c);
-	if (ret)
+	int ret;
+	const struct tmap_entry *e = live_tensor(c, idx, &ret);
+	if (!e)
 		return ret;
-	struct pmck_store *s = c->store;
-
-	if (idx >= s->hdr->ntensors)
-		return pma__err(-ERANGE, "tensor index %zu out of range", idx);
-	atomic_store_explicit(&s->written[idx], 0, memory_order_relaxed);
-	return pmck__ckpt_landed(c, idx, 0, s->tmap[idx].nbytes);
+	atomic_store_explicit(&c->store->written[idx], 0, memory_order_relaxed);
+	return pmck__ckpt_landed(c, idx, 0, e->nbytes);
 }
 
 /* ------------------------------------------------- pmck_ckpt_write_all */

@@ -39,6 +39,7 @@
 
 #include "ddio.h"
 #include "pmckpt.h"
+#include "lib/toolutil.h"
 #ifdef PMCK_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -88,14 +89,6 @@ static char region_kind[16], granularity[16], region_ddio[16] = "unknown",
 	region_ddio_port[16] = "unknown";
 static int region_node;
 
-static double
-now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void
 die(const char *what, const char *why)
 {
@@ -104,32 +97,6 @@ die(const char *what, const char *why)
 }
 
 /* ------------------------------------------------------------- options */
-
-static int
-parse_size(const char *s, size_t *v)
-{
-	char *end;
-	double d = strtod(s, &end);
-	int suffix = 1;
-
-	if (end == s || d < 0)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': d *= 1024; break;
-	case 'm': case 'M': d *= 1024 * 1024; break;
-	case 'g': case 'G': d *= 1024.0 * 1024 * 1024; break;
-	default: suffix = 0;
-	}
-	end += suffix;
-	if (suffix && *end == 'i')
-		end++;
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end)
-		return -1;
-	*v = (size_t)d;
-	return 0;
-}
 
 static void
 parse_list(const char *what, const char *s, struct list *l, int sizes)
@@ -143,7 +110,7 @@ parse_list(const char *what, const char *s, struct list *l, int sizes)
 		char *end;
 		if (l->n == MAXV)
 			die(what, "too many values");
-		if (sizes ? parse_size(tok, &v) : (v = strtoul(tok, &end, 10), *end != '\0' || end == tok))
+		if (sizes ? tool_parse_size(tok, &v) : (v = strtoul(tok, &end, 10), *end != '\0' || end == tok))
 			die(what, "malformed value");
 		l->v[l->n++] = v;
 	}
@@ -234,7 +201,7 @@ parse_args(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'r': opt.region = optarg; break;
-		case 'S': if (parse_size(optarg, &opt.region_size)) die("--size", optarg); break;
+		case 'S': if (tool_parse_size(optarg, &opt.region_size)) die("--size", optarg); break;
 		case 'o': opt.out = optarg; break;
 		case 's': parse_list("--sizes", optarg, &opt.sizes, 1); break;
 		case 't': parse_list("--threads", optarg, &opt.threads, 0); break;
@@ -411,11 +378,11 @@ worker_main(void *arg)
 			src[i] = (char)(i * 131 + 7);
 	memset(rec, 0x5a, sizeof(rec));
 	/* Warm up alone, then measure together. */
-	for (end = now() + warm; !w->err && now() < end;)
+	for (end = tool_now() + warm; !w->err && tool_now() < end;)
 		for (unsigned i = 0; i < every; i++)
 			one_item(w, &cur, src, rec);
 	pthread_barrier_wait(w->bar);
-	t0 = now();
+	t0 = tool_now();
 	end = t0 + opt.time_ms / 1e3;
 	double t = t0;
 	while (!w->err && t < end) {
@@ -423,7 +390,7 @@ worker_main(void *arg)
 			one_item(w, &cur, src, rec);
 			w->items++;
 		}
-		t = now();
+		t = tool_now();
 	}
 	w->seconds = t - t0;
 	w->bytes = w->items * c->size;
@@ -636,7 +603,7 @@ run_gpu(void)
 						die("put_layer", pmck_errormsg());
 				if (pmck_pipeline_wait(p))
 					die("wait", pmck_errormsg());
-				t1 = now();
+				t1 = tool_now();
 				if (warm) {
 					t0 = t1;
 					continue;

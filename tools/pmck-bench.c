@@ -44,6 +44,7 @@
 
 #include "pmalloc.h"
 #include "pmckpt.h"
+#include "lib/toolutil.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GB 1e9
@@ -55,22 +56,6 @@
 
 /* ------------------------------------------------------------ utilities */
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 struct timing {
 	double *t;
 	unsigned n;
@@ -79,64 +64,7 @@ struct timing {
 static double
 median(struct timing *tm)
 {
-	qsort(tm->t, tm->n, sizeof(double), cmp_double);
-	return tm->n % 2 ? tm->t[tm->n / 2] : (tm->t[tm->n / 2 - 1] + tm->t[tm->n / 2]) / 2;
-}
-
-static int
-parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	uint64_t mul = 1;
-
-	if (errno || end == s || v < 0)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': mul = (uint64_t)1 << 10; end++; break;
-	case 'm': case 'M': mul = (uint64_t)1 << 20; end++; break;
-	case 'g': case 'G': mul = (uint64_t)1 << 30; end++; break;
-	case 't': case 'T': mul = (uint64_t)1 << 40; end++; break;
-	}
-	if (mul > 1 && (*end == 'i' || *end == 'I'))
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * (double)mul >= 1.8e19)
-		return -1;
-	*out = (uint64_t)(v * (double)mul);
-	return 0;
-}
-
-static int
-parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
-/* Bytes from /proc/meminfo's MemAvailable (0 if unknown). */
-static uint64_t
-mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb << 10;
+	return tool_median(tm->t, tm->n);
 }
 
 /* The 1-minute load average: the machine may be shared. */
@@ -363,7 +291,7 @@ ntcopy_run(const struct pma_region *r, void *dst, const void *src, uint64_t len,
 	struct ntcopy c = {.r = r, .dst = dst, .src = src, .len = len};
 	pthread_t tid[8];
 	unsigned started = 0;
-	double t0 = now();
+	double t0 = tool_now();
 
 	atomic_init(&c.next, 0);
 	for (; started + 1 < threads; started++)
@@ -373,7 +301,7 @@ ntcopy_run(const struct pma_region *r, void *dst, const void *src, uint64_t len,
 	for (unsigned t = 0; t < started; t++)
 		pthread_join(tid[t], NULL);
 	pma_region_drain(r);
-	*secs = now() - t0;
+	*secs = tool_now() - t0;
 	return started + 1 == threads ? 0 : -EAGAIN;
 }
 
@@ -384,7 +312,7 @@ checkpoint(struct pmck_store *s, uint64_t step, const void *const *srcs, unsigne
 		double *secs)
 {
 	struct pmck_ckpt *c;
-	double t0 = now();
+	double t0 = tool_now();
 	int ret = pmck_store_begin(s, step, &c);
 
 	if (ret) {
@@ -398,7 +326,7 @@ checkpoint(struct pmck_store *s, uint64_t step, const void *const *srcs, unsigne
 		pmck_ckpt_abort(c);
 		return ret;
 	}
-	*secs = now() - t0;
+	*secs = tool_now() - t0;
 	return 0;
 }
 
@@ -457,7 +385,7 @@ pobj_teardown(struct pobj *p)
 static int
 pobj_tx(struct pobj *p, const char *src, double *secs)
 {
-	double t0 = now();
+	double t0 = tool_now();
 
 	if (pmemobj_tx_begin(p->pop, NULL, TX_PARAM_NONE)) {
 		fprintf(stderr, "pmck-bench: pmemobj_tx_begin: %s\n", pmemobj_errormsg());
@@ -477,7 +405,7 @@ pobj_tx(struct pobj *p, const char *src, double *secs)
 	}
 	pmemobj_tx_commit();
 	int ret = pmemobj_tx_end();
-	*secs = now() - t0;
+	*secs = tool_now() - t0;
 	if (ret) {
 		fprintf(stderr, "pmck-bench: pmemobj transaction failed: %s\n", pmemobj_errormsg());
 		return -1;
@@ -490,7 +418,7 @@ pobj_tx(struct pobj *p, const char *src, double *secs)
 static int
 write_fsync(const char *path, const struct layout *l, const void *const *srcs, double *secs)
 {
-	double t0 = now();
+	double t0 = tool_now();
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
 	if (fd < 0) {
@@ -525,7 +453,7 @@ write_fsync(const char *path, const struct layout *l, const void *const *srcs, d
 		fprintf(stderr, "pmck-bench: close %s: %s\n", path, strerror(errno));
 		return -1;
 	}
-	*secs = now() - t0;
+	*secs = tool_now() - t0;
 	return 0;
 }
 
@@ -555,6 +483,7 @@ main(int argc, char **argv)
 {
 	uint64_t size = 512 * MiB;
 	unsigned threads = 0, reps = 5;
+	unsigned long n;
 	const char *dir = "/dev/shm", *disk_dir = NULL;
 	int rc = 1;
 
@@ -567,11 +496,13 @@ main(int argc, char **argv)
 		} else if (!v) {
 			bad = 1;
 		} else if (!strcmp(a, "--size")) {
-			bad = parse_size(v, &size) || size < MiB;
+			bad = tool_parse_size(v, &size) || size < MiB;
 		} else if (!strcmp(a, "--threads")) {
-			bad = parse_uint(v, 1, 1024, &threads);
+			bad = tool_parse_uint(v, 1, 1024, &n);
+			threads = (unsigned)n;
 		} else if (!strcmp(a, "--reps")) {
-			bad = parse_uint(v, 1, 1000, &reps);
+			bad = tool_parse_uint(v, 1, 1000, &n);
+			reps = (unsigned)n;
 		} else if (!strcmp(a, "--dir")) {
 			dir = v;
 		} else if (!strcmp(a, "--disk-dir")) {
@@ -637,7 +568,7 @@ main(int argc, char **argv)
 		goto out;
 	}
 	uint64_t dir_free = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	uint64_t mem_free = mem_available();
+	uint64_t mem_free = tool_mem_available();
 	int dir_is_tmpfs = !strcmp(fs_name(dir), "tmpfs");
 	uint64_t slack = 64 * MiB;
 	uint64_t fit = dir_free > slack ? (dir_free - slack) / 42 * 10 : 0;
@@ -768,12 +699,12 @@ main(int argc, char **argv)
 	/* ----------------------------------------------------- recovery */
 	struct pmck_recovery rec;
 	for (unsigned k = 0; k < reps; k++) {
-		double t0 = now();
+		double t0 = tool_now();
 		if ((ret = pmck_store_recover(store, &rec))) {
 			fprintf(stderr, "pmck-bench: recover: %s\n", pmck_errormsg());
 			goto out;
 		}
-		t_rec.t[t_rec.n++] = now() - t0;
+		t_rec.t[t_rec.n++] = tool_now() - t0;
 		if (rec.step != step || rec.rejected) {
 			fprintf(stderr, "pmck-bench: recovered step %llu (rejected %d), expected %llu\n",
 					(unsigned long long)rec.step, rec.rejected, (unsigned long long)step);

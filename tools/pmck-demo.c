@@ -37,6 +37,7 @@
 
 #include "pmalloc.h"
 #include "pmckpt.h"
+#include "lib/toolutil.h"
 
 
 #define MiB ((uint64_t)1 << 20)
@@ -51,15 +52,6 @@
 
 /* ------------------------------------------------------------ utilities */
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t
 mix64(uint64_t x)
 {
@@ -68,35 +60,6 @@ mix64(uint64_t x)
 	x ^= x >> 27;
 	x *= 0x94D049BB133111EBull;
 	return x ^ (x >> 31);
-}
-
-static int
-parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static uint64_t
-mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb << 10;
 }
 
 static int
@@ -307,7 +270,7 @@ checkpoint(struct pmck_store *s, const struct model *m, uint64_t step, unsigned 
 		double *secs, unsigned *slot)
 {
 	struct pmck_ckpt *c;
-	double t0 = now();
+	double t0 = tool_now();
 	int ret = pmck_store_begin(s, step, &c);
 
 	if (ret) {
@@ -322,7 +285,7 @@ checkpoint(struct pmck_store *s, const struct model *m, uint64_t step, unsigned 
 		pmck_ckpt_abort(c);
 		return ret;
 	}
-	*secs = now() - t0;
+	*secs = tool_now() - t0;
 	return 0;
 }
 
@@ -435,15 +398,15 @@ main(int argc, char **argv)
 		} else if (!v) {
 			bad = 1;
 		} else if (!strcmp(a, "--steps")) {
-			bad = parse_uint(v, 1, 1000000, &steps);
+			bad = tool_parse_uint(v, 1, 1000000, &steps);
 		} else if (!strcmp(a, "--every")) {
-			bad = parse_uint(v, 1, 1000000, &every);
+			bad = tool_parse_uint(v, 1, 1000000, &every);
 		} else if (!strcmp(a, "--layers")) {
-			bad = parse_uint(v, 0, MAX_LAYERS, &layers);
+			bad = tool_parse_uint(v, 0, MAX_LAYERS, &layers);
 		} else if (!strcmp(a, "--threads")) {
-			bad = parse_uint(v, 1, 8, &threads);
+			bad = tool_parse_uint(v, 1, 8, &threads);
 		} else if (!strcmp(a, "--seed")) {
-			bad = parse_uint(v, 0, ULONG_MAX, &seed);
+			bad = tool_parse_uint(v, 0, ULONG_MAX, &seed);
 			have_seed = 1;
 		} else if (!strcmp(a, "--path")) {
 			bad = !*v;
@@ -491,7 +454,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "pmck-demo: %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	uint64_t fs_free = (uint64_t)vfs.f_bavail * vfs.f_frsize, mem = mem_available();
+	uint64_t fs_free = (uint64_t)vfs.f_bavail * vfs.f_frsize, mem = tool_mem_available();
 	int tmpfs = dir_is_tmpfs(dir);
 	unsigned long want = layers;
 	for (;; layers--) {
@@ -523,14 +486,14 @@ main(int argc, char **argv)
 	signal(SIGHUP, on_signal);
 	signal(SIGPIPE, on_signal);
 
-	double t0 = now();
+	double t0 = tool_now();
 	if ((ret = pma_region_open(path, region_size, PMA_REGION_CREATE, &r)) ||
 	    (ret = pma_pool_create(r, 0, &pool)) ||
 	    (ret = pmck_store_create(pool, STORE, m.d, m.n, &s))) {
 		fprintf(stderr, "pmck-demo: creating the store in %s: %s\n", path, pmck_errormsg());
 		goto out;
 	}
-	double t_create = now() - t0;
+	double t_create = tool_now() - t0;
 	if (attach_buffer(&m, s)) {
 		fprintf(stderr, "pmck-demo: cannot allocate %llu bytes of parameters\n",
 				(unsigned long long)pmck_store_data_size(s));
@@ -548,9 +511,9 @@ main(int argc, char **argv)
 			"%lu threads\n", path, (double)pma_region_size(r) / GB, tmpfs ? "tmpfs" : "file",
 			pma_granularity_name(pma_region_granularity(r)), t_create, threads);
 
-	t0 = now();
+	t0 = tool_now();
 	init_params(&m);
-	printf("initial parameters generated in %.2f s\n", now() - t0);
+	printf("initial parameters generated in %.2f s\n", tool_now() - t0);
 
 	/* ------------------------------------------------------ training */
 	ck_times = calloc(steps / every + 1, sizeof(double));
@@ -635,13 +598,13 @@ main(int argc, char **argv)
 		if (++nbegan < target)
 			continue;
 		/* Inside checkpoint #target: wait a fraction of a typical checkpoint, then kill. */
-		double t_b = now();
+		double t_b = tool_now();
 		double delay = frac * typical;
 		struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			;
 		kill(pid, SIGKILL);
-		t_kill_delay = now() - t_b;
+		t_kill_delay = tool_now() - t_b;
 		killed_in = began;
 	}
 	if (!killed_in)
@@ -674,17 +637,17 @@ main(int argc, char **argv)
 	pma_pool_close(&pool);
 	pma_region_close(&r);
 	printf("recovery:\n");
-	t0 = now();
+	t0 = tool_now();
 	if ((ret = pma_region_open(path, 0, 0, &r)) || (ret = pma_pool_open(r, &pool)) ||
 	    (ret = pmck_store_open(pool, STORE, &s))) {
 		fprintf(stderr, "pmck-demo: reopening %s: %s\n", path, pmck_errormsg());
 		goto out;
 	}
-	double t_open = now() - t0;
+	double t_open = tool_now() - t0;
 	struct pmck_recovery rec;
-	t0 = now();
+	t0 = tool_now();
 	ret = pmck_store_recover(s, &rec);
-	double t_rec = now() - t0;
+	double t_rec = tool_now() - t0;
 	if (ret) {
 		fprintf(stderr, "pmck-demo: recover: %s\n", pmck_errormsg());
 		printf("FAIL\n");
@@ -711,9 +674,9 @@ main(int argc, char **argv)
 		printf("  (the kill landed between the commit and the child's report)\n");
 
 	/* ------------------------------------------------------- verify */
-	t0 = now();
+	t0 = tool_now();
 	regenerate(&m, rec.step);
-	double t_regen = now() - t0;
+	double t_regen = tool_now() - t0;
 	size_t bad = 0;
 	const char *first_bad = NULL;
 	for (size_t i = 0; i < m.n; i++) {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "pmckpt.h"
+#include "lib/toolutil.h"
 #ifdef PMCK_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -31,14 +32,6 @@
 static struct pmck_tensor_desc descs[MAX_T];
 static char names[MAX_T][48];
 static size_t nt;
-
-static double
-now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 add(const char *name, uint32_t layer, uint64_t d0, uint64_t d1)
@@ -84,17 +77,6 @@ sleep_ms(double ms)
 {
 	struct timespec d = {(time_t)(ms / 1000), (long)((ms - (time_t)(ms / 1000) * 1000) * 1e6)};
 	nanosleep(&d, NULL);
-}
-
-/* Median of n doubles (sorts in place). */
-static double
-median(double *v, int n)
-{
-	for (int i = 1; i < n; i++)
-		for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
-			double t = v[k]; v[k] = v[k - 1]; v[k - 1] = t;
-		}
-	return v[n / 2];
 }
 
 int
@@ -180,22 +162,22 @@ main(int argc, char **argv)
 		if (pmck_pipeline_wait(p))
 			die("pipeline wait");
 		pmck_pipeline_delete(&p);
-		double async_stall = median(stall, (int)steps);
+		double async_stall = tool_median(stall, steps);
 
 		/* Sync: the whole state written and committed while the loop waits. */
 		for (unsigned step = 0; step < steps; step++) {
-			t0 = now();
+			t0 = tool_now();
 			if (pmck_store_begin(s, 1000 + step, &c) ||
 			    pmck_ckpt_write_all(c, (const void *const *)src, threads) || pmck_ckpt_commit(c))
 				die("sync checkpoint");
-			stall[step] = now() - t0;
+			stall[step] = tool_now() - t0;
 		}
-		double sync_stall = median(stall, (int)steps);
+		double sync_stall = tool_median(stall, steps);
 
 		/* write()+fsync of the same bytes, as torch.save to a local disk would. */
 		snprintf(file, sizeof(file), "%s/pmck-pipebench-%d.bin", disk, (int)getpid());
 		for (unsigned step = 0; step < steps; step++) {
-			t0 = now();
+			t0 = tool_now();
 			unlink(file); /* a new file each time, as copy-out writes */
 			int fd = open(file, O_CREAT | O_TRUNC | O_WRONLY, 0600);
 			if (fd < 0) {
@@ -219,10 +201,10 @@ main(int argc, char **argv)
 				return 1;
 			}
 			close(fd);
-			stall[step] = now() - t0;
+			stall[step] = tool_now() - t0;
 		}
 		unlink(file);
-		double wf_stall = median(stall, (int)steps);
+		double wf_stall = tool_median(stall, steps);
 
 		printf("bench: async_stall_time %.6f s\n", async_stall);
 		printf("bench: sync_commit_stall_time %.6f s\n", sync_stall);
@@ -254,14 +236,14 @@ main(int argc, char **argv)
 				int ckpt = k % every == 0;
 				for (uint32_t l = 0; l < nlayers; l++) {
 					sleep_ms(compute_ms);
-					t0 = now();
+					t0 = tool_now();
 					if (pmck_pipeline_wait_layer(p, l))
 						die("wait_layer");
 					if (ckpt && l == 0 && pmck_pipeline_begin(p, ++cstep) != 0)
 						die("begin");
 					if (ckpt && pmck_pipeline_put_layer(p, l, (const void *const *)src))
 						die("put_layer");
-					blocked += now() - t0;
+					blocked += tool_now() - t0;
 				}
 				if (ckpt && k) /* the first checkpoint warms up */
 					stall[n++] = blocked;
@@ -276,11 +258,11 @@ main(int argc, char **argv)
 				pmck_copyout_stats(co, &cs);
 				copy_tput = cs.bytes / (cs.busy_ns * 1e-9) / 1e9;
 				pmck_copyout_delete(&co);
-				with_stall = median(stall, (int)n);
+				with_stall = tool_median(stall, n);
 				printf("# copy-out: %llu checkpoints, %.1f MB written, to %s\n",
 						(unsigned long long)cs.copied, cs.bytes / 1e6, shared);
 			} else {
-				without_stall = median(stall, (int)n);
+				without_stall = tool_median(stall, n);
 			}
 		}
 		char cmd[600];
@@ -319,7 +301,7 @@ main(int argc, char **argv)
 		}
 		/* Baseline: cudaMemcpy D2H of every tensor into ordinary pinned memory. */
 		for (unsigned k = 0; k < steps; k++) {
-			t0 = now();
+			t0 = tool_now();
 			uint64_t off = 0;
 			for (size_t i = 0; i < nt; i++) {
 				struct pmck_tensor_info ti;
@@ -327,9 +309,9 @@ main(int argc, char **argv)
 				cudaMemcpy((char *)pinned + off, dsrc[i], ti.nbytes, cudaMemcpyDeviceToHost);
 				off += ti.nbytes;
 			}
-			stall[k] = now() - t0;
+			stall[k] = tool_now() - t0;
 		}
-		double pinned_tput = bytes / median(stall, (int)steps) / 1e9;
+		double pinned_tput = bytes / tool_median(stall, steps) / 1e9;
 		printf("bench: pinned_d2h_tput %.2f GB/s\n", pinned_tput);
 
 		static const struct { enum pmck_source src; const char *name; } strat[] = {
@@ -346,7 +328,7 @@ main(int argc, char **argv)
 			if (pmck_pipeline_new(s, &o, &p))
 				die(strat[k].name);
 			for (unsigned rep = 0; rep <= steps; rep++) {
-				t0 = now();
+				t0 = tool_now();
 				if (pmck_pipeline_begin(p, ++gstep))
 					die("begin");
 				for (uint32_t l = 0; l < nlayers; l++)
@@ -355,10 +337,10 @@ main(int argc, char **argv)
 				if (pmck_pipeline_wait(p))
 					die("wait");
 				if (rep) /* rep 0 warms up */
-					stall[rep - 1] = now() - t0;
+					stall[rep - 1] = tool_now() - t0;
 			}
 			pmck_pipeline_delete(&p);
-			double tput = bytes / median(stall, (int)steps) / 1e9;
+			double tput = bytes / tool_median(stall, steps) / 1e9;
 			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
 			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
 		}

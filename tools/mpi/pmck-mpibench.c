@@ -18,22 +18,8 @@
 #include <unistd.h>
 
 #include "pmckpt.h"
+#include "../lib/toolutil.h"
 #include "pmckpt_mpi.h"
-
-static double
-now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int
-cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 int
 main(int argc, char **argv)
@@ -73,21 +59,19 @@ main(int argc, char **argv)
 			pmck_global_progress(g);
 		}
 		struct pmck_ckpt *ck;
-		double t0 = now();
+		double t0 = tool_now();
 		if (pmck_global_begin(g, first + k, &ck))
 			MPI_Abort(MPI_COMM_WORLD, 1);
-		double t1 = now();
+		double t1 = tool_now();
 		if (pmck_ckpt_write_all(ck, (const void *const *)&src, 1) || pmck_global_commit(g, ck))
 			MPI_Abort(MPI_COMM_WORLD, 1);
 		if (k) { /* step 0 warms up */
-			stall[k - 1] = now() - t0;
+			stall[k - 1] = tool_now() - t0;
 			agree[k - 1] = t1 - t0; /* begin: completing the previous agreement + unsealing */
 		}
 	}
-	qsort(stall, steps, sizeof(double), cmp);
-	qsort(agree, steps, sizeof(double), cmp);
 	if (coll.rank == 0)
-		printf("stall %.6f begin %.6f\n", stall[steps / 2], agree[steps / 2]);
+		printf("stall %.6f begin %.6f\n", tool_median(stall, steps), tool_median(agree, steps));
 	pmck_global_delete(&g);
 	pmck_local_close(&l);
 	char cmd[128];

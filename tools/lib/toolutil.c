@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* toolutil.c -- helpers shared by the tools: clocks, medians, option parsing, meminfo. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "toolutil.h"
+
+double
+tool_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double
+tool_median(double *v, size_t n)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int
+tool_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	uint64_t mul = 1;
+
+	if (errno || end == s || v < 0)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': mul = (uint64_t)1 << 10; end++; break;
+	case 'm': case 'M': mul = (uint64_t)1 << 20; end++; break;
+	case 'g': case 'G': mul = (uint64_t)1 << 30; end++; break;
+	case 't': case 'T': mul = (uint64_t)1 << 40; end++; break;
+	}
+	if (mul > 1 && (*end == 'i' || *end == 'I'))
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end || v * (double)mul >= 1.8e19)
+		return -1;
+	*out = (uint64_t)(v * (double)mul);
+	return 0;
+}
+
+int
+tool_parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+uint64_t
+tool_mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb << 10;
+}
