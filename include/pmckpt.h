@@ -303,6 +303,15 @@ struct pmck_pipeline_opts {
 	enum pmck_source source;
 	int cuda_device;      /* GPU sources: the CUDA device of the sources */
 	struct pmck_copyout *copyout; /* if set, each commit is submitted for copy-out */
+	/*
+	 * If set, the checkpoints are global (see "multi-rank" below): begin
+	 * first completes the previous step's agreement, and the writer that
+	 * commits starts the agreement on its step.  The collectives are then
+	 * called from the writer threads too, one at a time (MPI needs
+	 * MPI_THREAD_SERIALIZED).  Requires PMCK_BUSY_WAIT: ranks skipping
+	 * different steps could not agree.
+	 */
+	struct pmck_global *global;
 };
 
 #define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */
@@ -331,8 +340,9 @@ void pmck_pipeline_delete(struct pmck_pipeline **p);
  * (PMCK_BUSY_SKIP), after which put_layer calls until the next begin are
  * answered PMCK_SKIPPED and ignored.  Errors: those of pmck_store_begin;
  * -EINVAL if the checkpoint in flight still lacks layers (it can never
- * complete).  A failure of the previous checkpoint is reported by
- * pmck_pipeline_wait and pmck_pipeline_wait_layer, not here.
+ * complete); with opts.global, those of pmck_global_begin.  A failure of
+ * the previous checkpoint is reported by pmck_pipeline_wait and
+ * pmck_pipeline_wait_layer, not here.
  */
 int pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step);
 
@@ -621,14 +631,37 @@ void pmck_global_delete(struct pmck_global **g);
 /*
  * pmck_global_begin -- completes the previous checkpoint's agreement (it
  * has usually finished in the background), then pmck_store_begin.
- * Errors: -EIO if the previous step was not committed by every rank (then
- * recover with pmck_global_recover), those of pmck_store_begin and the
- * collectives.
+ * Errors: -EIO if the previous step was not committed by every rank: this
+ * rank then has durably discarded it, and the next begin proceeds (keeping
+ * the older, global step); -EIO whenever the collectives failed before
+ * (the outcome is unknown: only pmck_global_recover clears that); those of
+ * pmck_store_begin and the collectives.
  */
 int pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **out);
 
-/* pmck_global_commit -- pmck_ckpt_commit, then starts the agreement on its step. */
+/*
+ * pmck_global_commit -- pmck_ckpt_commit, then starts the agreement on its
+ * step (also when the commit failed: the other ranks learn it is not
+ * global).  Returns the commit's error, else the agreement's.
+ */
 int pmck_global_commit(struct pmck_global *g, struct pmck_ckpt *c);
+
+/*
+ * pmck_global_note_commit -- starts the agreement on `step`, which this
+ * rank committed (committed != 0) or failed to commit some other way, e.g.
+ * on a pipeline's writer thread (struct pmck_pipeline_opts.global does this
+ * itself).  Thread-safe against begin, progress and wait.  Errors:
+ * -EINVAL if the previous agreement was not completed (by a begin or
+ * wait), those of the collectives.
+ */
+int pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed);
+
+/*
+ * pmck_global_agreed -- the newest step known to be committed by every
+ * rank, -1 if none; does not complete an agreement in flight.  Not
+ * collective.
+ */
+int64_t pmck_global_agreed(struct pmck_global *g);
 
 /*
  * pmck_global_progress -- lets the agreement in flight advance without

@@ -12,7 +12,9 @@
  *
  * The agreement uses MPI_Iallreduce (started at commit) and MPI_Test/Wait
  * (at the next begin), both from the thread that calls pmck_global_*, so
- * MPI_THREAD_FUNNELED is enough.
+ * MPI_THREAD_FUNNELED is enough; a global pipeline (pmck_pipeline_opts.
+ * global) starts it on its writer thread, which needs
+ * MPI_THREAD_SERIALIZED (pmckpt makes one MPI call at a time).
  */
 #ifndef PMCKPT_MPI_H
 #define PMCKPT_MPI_H 1

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +21,18 @@
 struct pmck_global {
 	struct pmck_store *store;
 	struct pmck_collectives c;
+	/*
+	 * Serializes the agreement's state and the collectives that start and
+	 * complete it: a pipeline starts it on its writer thread while the
+	 * caller's thread may complete it (begin) or advance it (progress).
+	 */
+	pthread_mutex_t lock;
 	int pending;          /* an agreement was started and not completed */
 	uint64_t pending_step;
+	uint64_t offer;       /* this rank's part: committed step + 1, else last_global + 1 */
 	void *req;
 	int64_t last_global;  /* newest step known committed everywhere, -1: none */
+	int broken;           /* an agreement failed in the collectives: begin refuses until recover */
 };
 
 static int
@@ -48,6 +57,7 @@ pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
 	g->store = s;
 	g->c = *coll;
 	g->last_global = -1;
+	pthread_mutex_init(&g->lock, NULL);
 
 	/* Every rank runs the same four reductions, whatever it finds: no rank can hang. */
 	uint64_t size_min = coll->size, size_max = coll->size;
@@ -67,6 +77,7 @@ pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
 				"hashes %016" PRIx64 " .. %016" PRIx64 "; this rank %016" PRIx64 ")",
 				hash_min, hash_max, pmck_store_layout_hash(s));
 	if (ret) {
+		pthread_mutex_destroy(&g->lock);
 		free(g);
 		return ret;
 	}
@@ -79,17 +90,25 @@ pmck_global_delete(struct pmck_global **gp)
 {
 	if (!gp || !*gp)
 		return;
+	pthread_mutex_destroy(&(*gp)->lock);
 	free(*gp);
 	*gp = NULL;
 }
 
-/* Completes (or, unless wait, tries to) the agreement: did every rank commit pending_step? */
+/*
+ * Completes (or, unless wait, tries to) the agreement: did every rank commit
+ * pending_step?  Called with g->lock held.
+ */
 static int
-settle(struct pmck_global *g, int wait)
+settle_locked(struct pmck_global *g, int wait)
 {
-	uint64_t v = g->pending_step;
+	uint64_t v = g->offer;
 	int ret;
 
+	if (g->broken)
+		return pma__err(-EIO, "an earlier agreement failed in the collectives, so whether step "
+				"%" PRIu64 " is global is unknown: recover with pmck_global_recover",
+				g->pending_step);
 	if (!g->pending)
 		return 0;
 	if (g->c.iallreduce_u64_start) {
@@ -107,18 +126,43 @@ settle(struct pmck_global *g, int wait)
 		ret = reduce(g, &v, PMCK_REDUCE_MIN);
 	}
 	g->pending = 0;
-	if (ret)
+	if (ret) {
+		/* The outcome is unknown: beginning would risk the newest global step. */
+		g->broken = 1;
 		return ret;
-	if (v != g->pending_step)
-		return pma__err(-EIO, "step %" PRIu64 " was not committed by every rank (the slowest "
-				"rank committed %" PRIu64 "); recover with pmck_global_recover",
-				g->pending_step, v);
-	g->last_global = (int64_t)v;
+	}
+	if (v != g->pending_step + 1) {
+		/*
+		 * Some rank did not commit pending_step, so it is not global.  The
+		 * slowest rank offered its last global step v - 1, which every
+		 * rank holds (the invariant); unsealing the newer local slots
+		 * durably makes the next begin overwrite them and keep it.  With
+		 * no global step yet (v = 0) there is nothing to keep.
+		 */
+		int dret = v ? pmck_store_discard_after(g->store, v - 1) : 0;
+		if (dret)
+			g->broken = 1;
+		g->last_global = (int64_t)v - 1;
+		return pma__err(-EIO, "step %" PRIu64 " was not committed by every rank; %s",
+				g->pending_step,
+				dret ? "discarding it failed: recover with pmck_global_recover"
+				     : "this rank discarded it, the next checkpoint may begin");
+	}
+	g->last_global = (int64_t)g->pending_step;
 	return 0;
 }
 
 static int
-complete(struct pmck_global *g)
+settle(struct pmck_global *g, int wait)
+{
+	pthread_mutex_lock(&g->lock);
+	int ret = settle_locked(g, wait);
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
+
+int
+pmck__global_complete(struct pmck_global *g)
 {
 	return settle(g, 1);
 }
@@ -132,8 +176,40 @@ pmck_global_progress(struct pmck_global *g)
 int
 pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **out)
 {
-	int ret = complete(g);
+	int ret = pmck__global_complete(g);
 	return ret ? ret : pmck_store_begin(g->store, step, out);
+}
+
+int
+pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&g->lock);
+	if (g->pending) {
+		ret = pma__err(-EINVAL, "the agreement on step %" PRIu64 " is still in flight: "
+				"begin the next checkpoint first", g->pending_step);
+		goto out;
+	}
+	/*
+	 * A failed commit still takes part in the agreement (offering the
+	 * last global step), so the other ranks learn that this step is not
+	 * global.
+	 */
+	g->offer = committed ? step + 1 : (uint64_t)(g->last_global + 1);
+	g->pending = 1;
+	g->pending_step = step;
+	if (g->c.iallreduce_u64_start) {
+		ret = g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req);
+		if (ret) {
+			g->pending = 0;
+			g->broken = 1;
+			ret = pma__err(ret, "starting the agreement on step %" PRIu64 " failed", step);
+		}
+	}
+out:
+	pthread_mutex_unlock(&g->lock);
+	return ret;
 }
 
 int
@@ -141,33 +217,26 @@ pmck_global_commit(struct pmck_global *g, struct pmck_ckpt *c)
 {
 	uint64_t step = pmck_ckpt_step(c);
 	int ret = pmck_ckpt_commit(c);
-
-	/*
-	 * A failed commit still takes part in the agreement (with the step
-	 * it has), so the other ranks learn that this step is not global.
-	 */
-	uint64_t mine = ret ? (g->last_global < 0 ? 0 : (uint64_t)g->last_global) : step;
-	g->pending = 1;
-	g->pending_step = step;
-	if (g->c.iallreduce_u64_start) {
-		int sret = g->c.iallreduce_u64_start(g->c.ctx, mine, PMCK_REDUCE_MIN, &g->req);
-		if (sret) {
-			g->pending = 0;
-			return pma__err(sret, "starting the agreement on step %" PRIu64 " failed", step);
-		}
-	} else if (ret) {
-		g->pending_step = mine; /* blocking mode reduces pending_step itself */
-	}
-	return ret;
+	int nret = pmck_global_note_commit(g, step, ret == 0);
+	return ret ? ret : nret;
 }
 
 int
 pmck_global_wait(struct pmck_global *g, int64_t *step)
 {
-	int ret = complete(g);
+	int ret = pmck__global_complete(g);
 	if (step)
-		*step = g->last_global;
+		*step = pmck_global_agreed(g);
 	return ret;
+}
+
+int64_t
+pmck_global_agreed(struct pmck_global *g)
+{
+	pthread_mutex_lock(&g->lock);
+	int64_t v = g->last_global;
+	pthread_mutex_unlock(&g->lock);
+	return v;
 }
 
 /* ------------------------------------------------------------ recovery */
@@ -230,7 +299,11 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	complete(g); /* every rank completes a request in flight; its outcome no longer matters */
+	/* Every rank completes a request in flight; its outcome no longer matters. */
+	pmck__global_complete(g);
+	pthread_mutex_lock(&g->lock);
+	g->broken = 0;
+	pthread_mutex_unlock(&g->lock);
 	for (unsigned k = 0; k < 2; k++)
 		cd.local[k] = pmck_store_slot_step(g->store, k);
 	cd.have_shared = dir && pmck__list_steps(dir, &cd.shared) == 0;
@@ -303,7 +376,9 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	}
 	if (!ret) {
 		out->step = step;
+		pthread_mutex_lock(&g->lock);
 		g->last_global = (int64_t)step;
+		pthread_mutex_unlock(&g->lock);
 	}
 	return ret;
 }

@@ -162,4 +162,7 @@ pmck__sealed_step(const struct pmck_store *s, unsigned k)
 	return (int64_t)s->slot[k]->step;
 }
 
+/* Completes the agreement in flight (global.c): pmck_global_begin without the begin. */
+int pmck__global_complete(struct pmck_global *g);
+
 #endif

@@ -168,20 +168,32 @@ static void
 finish_locked(struct pmck_pipeline *p)
 {
 	int ret = p->error;
+	uint64_t step = pmck_ckpt_step(p->ckpt);
+	int committed = 0;
 
 	pthread_mutex_unlock(&p->lock);
 	if (!ret)
-		ret = pmck_ckpt_commit(p->ckpt);
+		committed = !(ret = pmck_ckpt_commit(p->ckpt));
 	if (ret)
 		pmck_ckpt_abort(p->ckpt);
 	else if (p->opts.copyout)
 		ret = pmck_copyout_submit(p->opts.copyout); /* pins the new slot, returns at once */
+	if (p->opts.global) {
+		/*
+		 * Start the agreement right at the local commit, off the training
+		 * thread; begin completes it before touching the older slot.
+		 * A failed commit takes part too, offering the last global step.
+		 */
+		int gret = pmck_global_note_commit(p->opts.global, step, committed);
+		if (gret && !ret)
+			ret = gret;
+	}
 	pthread_mutex_lock(&p->lock);
 	if (ret && !p->error)
 		snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
-	if (!ret) {
+	if (committed) {
 		p->stats.committed++;
-		p->stats.last_step = pmck_ckpt_step(p->ckpt);
+		p->stats.last_step = step;
 	}
 	p->result = ret;
 	p->error = ret;
@@ -274,6 +286,9 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		return pma__err(-EINVAL, "%u writer threads: at most %d", o.threads, MAX_THREADS);
 	if ((unsigned)o.on_busy > PMCK_BUSY_SKIP || (unsigned)o.source > PMCK_SOURCE_GPU_SNAPSHOT)
 		return pma__err(-EINVAL, "unknown busy policy or source");
+	if (o.global && o.on_busy == PMCK_BUSY_SKIP)
+		return pma__err(-EINVAL, "a global pipeline cannot skip busy checkpoints: ranks would "
+				"skip different steps and never agree (use PMCK_BUSY_WAIT)");
 	if (o.numa_node < 0)
 		o.numa_node = pma_region_numa_node(pmck_store_region(s));
 
@@ -338,6 +353,9 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	}
 	WAIT_WHILE(p, p->active);
 	p->skipping = 0;
+	/* The previous step must be global before its older slot is overwritten. */
+	if (p->opts.global && (ret = pmck__global_complete(p->opts.global)))
+		goto out;
 	if ((ret = pmck_store_begin(p->store, step, &p->ckpt)))
 		goto out;
 	memset(p->layer_put, 0, p->nlayers);

@@ -63,7 +63,8 @@ class Recovery(Structure):
 
 class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
-                ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p)]
+                ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
+                ("global_", c_void_p)]
 
 
 class PipelineStats(Structure):
@@ -104,6 +105,26 @@ class FileInfo(Structure):
 class TierRecovery(Structure):
     _fields_ = [("step", c_uint64), ("tier", c_int), ("path", c_char * 4096),
                 ("reason", c_char * 512)]
+
+
+# struct pmck_collectives: callbacks the library calls (distributed.py fills them)
+ALLREDUCE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_int)
+BARRIER_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
+IALLREDUCE_START_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_int, POINTER(c_void_p))
+IALLREDUCE_TEST_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_int, POINTER(c_int),
+                                      POINTER(c_uint64))
+REDUCE_MIN, REDUCE_MAX = 0, 1
+
+
+class Collectives(Structure):
+    _fields_ = [("ctx", c_void_p), ("rank", c_uint), ("size", c_uint),
+                ("allreduce_u64", ALLREDUCE_FN), ("barrier", BARRIER_FN),
+                ("iallreduce_u64_start", IALLREDUCE_START_FN),
+                ("iallreduce_u64_test", IALLREDUCE_TEST_FN)]
+
+
+class GlobalRecovery(Structure):
+    _fields_ = [("step", c_uint64), ("tier", c_int), ("reason", c_char * 512)]
 
 
 vpp = POINTER(c_void_p)
@@ -168,6 +189,13 @@ _PROTOS = {
     "pmck_safetensors_import": (c_int, [c_void_p, c_char_p, c_uint64]),
     "pmck_recover_tiers": (c_int, [c_void_p, c_char_p, c_uint, POINTER(TierRecovery)]),
     "pmck_tensor_checksum": (c_uint64, [c_void_p, c_uint64]),
+    # multi-rank
+    "pmck_global_new": (c_int, [c_void_p, POINTER(Collectives), vpp]),
+    "pmck_global_delete": (None, [vpp]),
+    "pmck_global_wait": (c_int, [c_void_p, POINTER(c_int64)]),
+    "pmck_global_agreed": (c_int64, [c_void_p]),
+    "pmck_global_recover": (c_int, [c_void_p, c_char_p, POINTER(GlobalRecovery)]),
+    "pmck_store_discard_after": (c_int, [c_void_p, c_uint64]),
 }
 
 _OPTIONAL = {

@@ -157,13 +157,26 @@ class Store:
 
     The layout (tensor names, dtypes, shapes, layers) is derived from the
     first state_dict saved and fixed from then on: a state_dict of another
-    structure raises LayoutError and leaves the store untouched."""
+    structure raises LayoutError and leaves the store untouched.
+
+    group: multi-rank checkpoints over torch.distributed.  True makes a
+    gloo group over all ranks (pmckpt.distributed.new_group); or pass a
+    ProcessGroup that this store uses alone.  Each rank keeps its own store
+    (named NAME-rankR, and so is its ramdisk file), rank and world_size come
+    from the group, a checkpoint counts only once every rank committed it
+    (global_step), and load()
+    brings every rank back to one step (docs/multirank.md).  Every rank must
+    save the same steps and call load at the same points: those calls are
+    collective."""
 
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
-                 gpu_source="direct"):
+                 gpu_source="direct", group=None):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
+        if group is not None and group is not False and on_busy == "skip":
+            raise ValueError("on_busy='skip' cannot be used with a group: ranks would skip "
+                             "different steps and never agree on one")
         if gpu_source not in _GPU_SOURCES:
             raise ValueError(f"gpu_source must be one of {sorted(_GPU_SOURCES)}")
         if path is not None and ramdisk not in (None, False):
@@ -177,6 +190,16 @@ class Store:
         self.keep = keep
         self.rank = rank
         self.world_size = world_size
+        self._coll = None
+        self._global = c_void_p()
+        if group is not None and group is not False:
+            from .distributed import TorchCollectives, new_group
+            self._coll = TorchCollectives(new_group() if group is True else group)
+            if (rank, world_size) not in ((0, 1), (self._coll.rank, self._coll.size)):
+                raise ValueError(f"rank={rank}, world_size={world_size} contradict the group "
+                                 f"(rank {self._coll.rank} of {self._coll.size})")
+            self.rank, self.world_size = self._coll.rank, self._coll.size
+            self.name = f"{name}-rank{self.rank}"  # ranks sharing a node need their own stores
         self.threads = threads or min(8, os.cpu_count() or 2)
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
@@ -318,10 +341,25 @@ class Store:
             lib.pmck_pipeline_delete(byref(self._pipe))
         opts = _lib.PipelineOpts(self.threads, -1,
                                  _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
-                                 source, device, self._copyout.value)
+                                 source, device, self._copyout.value, self._global.value)
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
               "pipeline")
         self._pipe_source = want
+
+    def _check_global(self, rc, what):
+        """check() with the collective's own failure added to the message."""
+        if rc < 0:
+            from .distributed import message
+            raise error_for(rc, f"{what}: {message(self._coll, _lib.errormsg() or _lib.strerror(rc))}")
+        return rc
+
+    def _ensure_global(self):
+        """Ties the open store to the group (collective: same layout and world size everywhere)."""
+        if self._coll is None or self._global:
+            return
+        self._check_global(lib.pmck_global_new(self._h.store, byref(self._coll.struct),
+                                               byref(self._global)),
+                           f"store '{self.name}' joining {self.world_size} ranks")
 
     # ------------------------------------------------------------ saving
 
@@ -367,6 +405,7 @@ class Store:
                     "save: pass a larger meta_capacity= to a new store, or keep large values "
                     "in tensors)")
             self._open_write(layout)
+            self._ensure_global()
             entries = prep.entries
             keep = [prep]
             srcs = [e.src for e in entries]
@@ -387,7 +426,7 @@ class Store:
             rc = lib.pmck_pipeline_begin(self._pipe, step)
             if rc == _lib.PMCK_SKIPPED:
                 return SaveHandle(self, step, entries, None, skipped=True)
-            check(rc, f"checkpoint of step {step}")
+            self._check_global(rc, f"checkpoint of step {step}")
             if prev is not None:
                 self._settle(prev)  # on_busy='skip': it ended before this begin
             n = len(layout.rows)
@@ -518,6 +557,8 @@ class Store:
         """Makes the newest verified checkpoint readable (local slots, then shared_dir)."""
         if self._inflight is not None:
             self._finish(self._inflight)
+        if self._coll is not None:
+            return self._recover_global()
         if self._h is None:
             self._h = self._open_existing()
         if self._h is None:
@@ -543,6 +584,37 @@ class Store:
         if rc == PMCK_E_NO_CHECKPOINT and self.shared_dir:
             return self._recover_tiers()
         raise error_for(rc, msg)
+
+    def _recover_global(self):
+        """Every rank of the group loads the newest step that all of them can
+        produce (pmck_global_recover).  A rank without a local store (node
+        replaced, ramdisk lost) creates it from its newest shared file first."""
+        if self._h is None:
+            self._h = self._open_existing()
+        if self._h is None and self.shared_dir:
+            from .safetensors import newest_shared_file, layout_of_file
+            path = newest_shared_file(self.shared_dir, self.rank)
+            if path is not None:
+                self._open_write(layout_of_file(path))
+        # Collective from here on: a rank with nothing must not leave the others waiting.
+        if not self._coll.allreduce(1 if self._h is not None else 0):
+            raise NoCheckpointError(
+                f"some rank of the {self.world_size} has neither a store nor a shared file "
+                f"(this rank, {self.rank}: {'has' if self._h else 'lacks'} '{self.name}' in "
+                f"{self.region_path})")
+        if self._layout is None:
+            self._layout = self._store_layout()
+        self._ensure_global()
+        if self._pipe:  # recovery may unseal or import slots: no pipeline meanwhile
+            lib.pmck_pipeline_delete(byref(self._pipe))
+            self._pipe_source = None
+        rec = _lib.GlobalRecovery()
+        shared = self.shared_dir.encode() if self.shared_dir else None
+        self._check_global(lib.pmck_global_recover(self._global, shared, byref(rec)),
+                           f"recovery of {self.world_size} ranks")
+        self.last_recovery = {"step": rec.step, "tier": "shared" if rec.tier else "local",
+                              "reason": rec.reason.decode()}
+        self._newest = rec.step
 
     def _recover_tiers(self):
         tr = _lib.TierRecovery()
@@ -669,6 +741,16 @@ class Store:
         return self._newest
 
     @property
+    def global_step(self):
+        """With a group: the newest step known to be committed by every rank (None
+        before the first).  A save_async of step s completes the agreement on the
+        step before it, so after it returns that step is global."""
+        if not self._global:
+            return None
+        v = lib.pmck_global_agreed(self._global)
+        return v if v >= 0 else None
+
+    @property
     def layout(self):
         """[(name, pmck dtype name, shape, layer)] of the open store, or None."""
         if self._layout is None:
@@ -742,6 +824,8 @@ class Store:
             if self._pipe:
                 lib.pmck_pipeline_delete(byref(self._pipe))
                 self._pipe_source = None
+            if self._global:
+                lib.pmck_global_delete(byref(self._global))
             if self._copyout:
                 if lib.pmck_copyout_wait(self._copyout) < 0:
                     err = Error(f"copy-out to {self.shared_dir}: {_lib.errormsg()}")
