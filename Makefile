@@ -6,7 +6,7 @@
 #   make check TSAN=1     the same under ThreadSanitizer (build/tsan)
 #   make demo             the synthetic training loop with crash and recovery
 #   make bench            throughput ratios against baselines measured in the same run
-#   make soak TRIALS=N    N kill-and-recover trials
+#   make soak TRIALS=N    N kill-and-recover trials (soak-mpi, soak-dist: multi-rank)
 #   make install PREFIX=/usr/local DESTDIR=
 
 PREFIX  ?= /usr/local
@@ -174,6 +174,10 @@ soak: all tests
 soak-mpi: all tests
 	MPI_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/mpi_multirank.sh
 
+# Multi-rank kill trials under torch.distributed (gloo, 3 processes; about 8 s each).
+soak-dist: all python-env
+	PMCK_DIST_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_dist.sh
+
 demo: all
 	$(BUILD)/pmck-demo
 
@@ -202,6 +206,6 @@ endif
 clean:
 	rm -rf build
 
-.PHONY: all tests check soak soak-mpi demo bench install clean
+.PHONY: all tests check soak soak-mpi soak-dist demo bench install clean
 .PHONY: check-vm
 .SECONDARY:
