@@ -40,6 +40,7 @@ struct pmck_pipeline {
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
 	pthread_t threads[MAX_THREADS];
+	struct bitmask *cpus;  /* the writers' CPUs (the region's node), NULL: anywhere */
 	void *staging[MAX_THREADS]; /* strategy C: one pinned buffer per writer */
 	unsigned nthreads;
 	int stop;
@@ -63,6 +64,29 @@ struct pmck_pipeline {
 	int result;              /* outcome of the last finished checkpoint */
 	struct pmck_pipeline_stats stats;
 };
+
+/*
+ * libnuma fills its node-to-CPUs cache without a lock on first use, so
+ * threads asking at once leak (or lose) entries: ask under this lock, once
+ * per pipeline, and let the writers only apply the answer.
+ */
+static pthread_mutex_t numa_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct bitmask *
+node_cpus(int node)
+{
+	if (node < 0 || numa_available() < 0)
+		return NULL;
+	struct bitmask *cpus = numa_allocate_cpumask();
+	pthread_mutex_lock(&numa_lock);
+	int ret = numa_node_to_cpus(node, cpus);
+	pthread_mutex_unlock(&numa_lock);
+	if (ret || numa_bitmask_weight(cpus) == 0) {
+		numa_free_cpumask(cpus);
+		return NULL;
+	}
+	return cpus;
+}
 
 static uint64_t
 now_ns(void)
@@ -126,8 +150,8 @@ writer(void *arg)
 	for (self = 0; self < p->nthreads && !pthread_equal(p->threads[self], pthread_self()); self++)
 		;
 	pthread_mutex_unlock(&p->lock);
-	if (p->opts.numa_node >= 0 && numa_available() >= 0)
-		numa_run_on_node(p->opts.numa_node); /* best effort: a single-node box needs nothing */
+	if (p->cpus)
+		numa_sched_setaffinity(0, p->cpus); /* best effort: a single-node box needs nothing */
 	int bind_err = is_gpu(p) ? pmck__gpu_bind_thread(p->gpu) : 0;
 	/*
 	 * SCHED_BATCH: the same CPU share, but a writer woken by put_layer never
@@ -308,6 +332,7 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 	p->store = s;
 	p->opts = o;
 	p->nthreads = o.threads;
+	p->cpus = node_cpus(o.numa_node);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
@@ -509,6 +534,8 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	pthread_cond_destroy(&p->work);
 	pthread_cond_destroy(&p->done);
 	pthread_mutex_destroy(&p->lock);
+	if (p->cpus)
+		numa_free_cpumask(p->cpus);
 	free(p->queue);
 	free(p->layer_put);
 	free(p->layer_pending);
