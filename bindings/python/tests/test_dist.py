@@ -121,9 +121,8 @@ def main():
                 best = max(best or 0, int(lines[-1]))
         return best
 
-    def recover():
-        """(steps, tiers, text) of a recover launch; steps None if some rank failed."""
-        procs = launch("recover")
+    def output(procs):
+        """Everything the ranks printed; a rank still running after 240 s is killed (a hang)."""
         text = ""
         for p in procs:
             try:
@@ -132,6 +131,11 @@ def main():
                 p.kill()
                 o, _ = p.communicate()
             text += o.decode(errors="replace")
+        return text
+
+    def recover():
+        """(steps, tiers, text) of a recover launch; steps None if some rank failed."""
+        text = output(launch("recover"))
         lines = [l.split() for l in text.splitlines() if l.startswith("rank ")]
         good = [l for l in lines if len(l) == 7 and l[2] == "step" and l[6] == "ok"]
         if len(good) != RANKS:
@@ -179,15 +183,7 @@ def main():
          f"on one step ({steps})", text)
 
     # Different layouts: every rank gets LayoutError (no hang: communicate has a timeout).
-    procs = launch("mismatch")
-    text = ""
-    for p in procs:
-        try:
-            o, _ = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            o, _ = p.communicate()
-        text += o.decode(errors="replace")
+    text = output(launch("mismatch"))
     T.ok(text.count("mismatch ok: ") == RANKS and "different layouts" in text,
          "different layouts: every rank gets a clear LayoutError", text)
     return T.done()
