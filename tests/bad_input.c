@@ -22,6 +22,7 @@
 #include "pmckpt.h"
 #include "../runtime/internal.h" /* on-media store header, slot headers, tensor map */
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define MiB ((size_t)1 << 20)
 #define POOL_SIZE (4 * MiB)
@@ -586,22 +587,13 @@ deterministic_cases(void)
 
 static uint64_t rng;
 
-static uint64_t
-next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
 /* One random damage: returns a description in what. */
 static void
 damage(uint8_t *b, char *what, size_t wlen)
 {
 	uint64_t lo, hi;
 	const char *where;
-	switch (next() % 10) {
+	switch (xorshift64(&rng) % 10) {
 	case 0: case 1: lo = 0; hi = 128; where = "pool header"; break;
 	case 2: case 3:
 		lo = TABLE_OFF;
@@ -610,7 +602,7 @@ damage(uint8_t *b, char *what, size_t wlen)
 		break;
 	case 4: case 5: lo = img.meta_off; hi = img.meta_off + img.meta_size; where = "store meta"; break;
 	case 6: case 7: {
-		unsigned k = (unsigned)(next() % 2);
+		unsigned k = (unsigned)(xorshift64(&rng) % 2);
 		lo = img.data_off[k];
 		hi = lo + img.data_size;
 		where = k == img.new_slot ? "newest slot" : "older slot";
@@ -619,35 +611,35 @@ damage(uint8_t *b, char *what, size_t wlen)
 	case 8: lo = img.meta_off + SLOT_HDR_OFF; hi = lo + 128; where = "slot headers"; break;
 	default: lo = 0; hi = img.size; where = "anywhere"; break;
 	}
-	uint64_t off = lo + next() % (hi - lo);
+	uint64_t off = lo + xorshift64(&rng) % (hi - lo);
 	uint64_t len = 1;
 	const char *how;
-	switch (next() % 6) {
+	switch (xorshift64(&rng) % 6) {
 	case 0:
 		how = "bit flip";
-		b[off] ^= (uint8_t)(1u << (next() % 8));
+		b[off] ^= (uint8_t)(1u << (xorshift64(&rng) % 8));
 		break;
 	case 1: case 2:
 		how = "random byte";
 		{
-			uint8_t v = (uint8_t)next();
+			uint8_t v = (uint8_t)xorshift64(&rng);
 			b[off] = v == b[off] ? (uint8_t)~v : v;
 		}
 		break;
 	case 3:
 		how = "run of random bytes";
-		len = 2 + next() % 63;
+		len = 2 + xorshift64(&rng) % 63;
 		for (uint64_t i = 0; i < len && off + i < img.size; i++)
-			b[off + i] = (uint8_t)next();
+			b[off + i] = (uint8_t)xorshift64(&rng);
 		break;
 	case 4:
 		how = "run of zeros";
-		len = 2 + next() % 300;
+		len = 2 + xorshift64(&rng) % 300;
 		memset(b + off, 0, off + len <= img.size ? len : img.size - off);
 		break;
 	default:
 		how = "run of 0xff";
-		len = 2 + next() % 300;
+		len = 2 + xorshift64(&rng) % 300;
 		memset(b + off, 0xff, off + len <= img.size ? len : img.size - off);
 		break;
 	}
@@ -667,7 +659,7 @@ random_cases(int count, uint64_t seed)
 	for (int t = 0; t < count; t++) {
 		memcpy(b, img.bytes, img.size);
 		what[0] = '\0';
-		int nd = 1 + (int)(next() % 3);
+		int nd = 1 + (int)(xorshift64(&rng) % 3);
 		for (int k = 0; k < nd; k++)
 			damage(b, what, sizeof(what));
 		struct result res;

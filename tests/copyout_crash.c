@@ -30,6 +30,7 @@
 
 #include "pmckpt.h"
 #include "tap.h"
+#include "ckpt_util.h"
 #include "copyout_util.h"
 
 #define KEEP 2
@@ -108,14 +109,7 @@ trial(int t, struct tally *y)
 		child(fds[1]);
 	}
 	close(fds[1]);
-	struct timespec d = {0, (long)(1000 + rand() % 60000) * 1000L};
-	nanosleep(&d, NULL);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	uint64_t step, last = 0;
-	while (read(fds[0], &step, sizeof(step)) == sizeof(step))
-		last = step;
-	close(fds[0]);
+	uint64_t last = kill_child(pid, fds[0], 1000 + rand() % 60000, 0);
 	y->trials++;
 	if (last > newest_commit)
 		newest_commit = last;

@@ -35,6 +35,7 @@
 
 #include "pmckpt.h"
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define MiB ((size_t)1 << 20)
 #define POOL_SIZE (16 * MiB)
@@ -61,31 +62,6 @@ cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #endif
-}
-
-static uint64_t
-mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/* The contents of tensor t at `step`: a function of (step, tensor, byte index). */
-static void
-gen(uint64_t step, size_t t, uint8_t *buf, uint64_t n)
-{
-	uint64_t base = mix64(step * 0x100000001b3ull ^ ((uint64_t)t << 56));
-	uint64_t w = 0;
-	for (; (w + 1) * 8 <= n; w++) {
-		uint64_t v = mix64(base + w);
-		memcpy(buf + w * 8, &v, 8);
-	}
-	if (w * 8 < n) {
-		uint64_t v = mix64(base + w);
-		memcpy(buf + w * 8, &v, n - w * 8);
-	}
 }
 
 static uint64_t
@@ -277,7 +253,7 @@ child_main(const char *path, uint64_t seed)
 	for (;;) {
 		step += 1 + (rnd(&rs) % 4 == 0 ? rnd(&rs) % 3 : 0); /* strictly increasing, gaps too */
 		for (size_t i = 0; i < NT; i++)
-			gen(step, i, src[i], tbytes[i]);
+			fill_tensor(step, i, src[i], tbytes[i]);
 		int mode = (int)(rnd(&rs) % 4);
 		if (rnd(&rs) % 12 == 0) {
 			/* An aborted attempt first: garbage in some tensors, then abort. */
@@ -288,7 +264,7 @@ child_main(const char *path, uint64_t seed)
 			if ((ret = pmck_ckpt_write(c, 0, src[0])))
 				fail("write (to abort)", ret);
 			pmck_ckpt_abort(c);
-			gen(step, 0, src[0], tbytes[0]);
+			fill_tensor(step, 0, src[0], tbytes[0]);
 		}
 		report('B', step, 0);
 		if ((ret = pmck_store_begin(s, step, &c)))
@@ -511,7 +487,7 @@ check(struct trial *t, uint64_t *prev, int *reset, char *why, size_t wlen)
 	if (v == PASS) {
 		for (size_t i = 0; i < NT; i++) {
 			const uint8_t *d = pmck_store_tensor_data(s, i);
-			gen(rec.step, i, expect_buf, tbytes[i]);
+			fill_tensor(rec.step, i, expect_buf, tbytes[i]);
 			if (!d || memcmp(d, expect_buf, tbytes[i])) {
 				uint64_t at = 0;
 				while (d && at < tbytes[i] && d[at] == expect_buf[at])

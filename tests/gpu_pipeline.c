@@ -11,6 +11,7 @@
 
 #include "pmckpt.h"
 #include "tap.h"
+#include "ckpt_util.h"
 
 #ifndef PMCK_HAVE_CUDA
 int
@@ -63,25 +64,12 @@ upload(void)
 	return 0;
 }
 
+/* This test's store: a 192 MiB region, store "g", the layout above. */
 static int
-open_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
+open_test_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
 		struct pmck_store **s)
 {
-	if (pma_region_open(path, 192 << 20, create ? PMA_REGION_CREATE : 0, r) ||
-	    (create ? pma_pool_create(*r, 0, pool) : pma_pool_open(*r, pool)) ||
-	    pmck_store_open_or_create(*pool, "g", descs, N, s)) {
-		diag("%s", pmck_errormsg());
-		return -1;
-	}
-	return 0;
-}
-
-static void
-close_store(struct pma_region **r, struct pma_pool **pool, struct pmck_store **s)
-{
-	pmck_store_close(s);
-	pma_pool_close(pool);
-	pma_region_close(r);
+	return open_store(path, 192 << 20, create, "g", descs, N, r, pool, s);
 }
 
 static int
@@ -112,7 +100,7 @@ gpu_checkpoints(const char *path, enum pmck_source src, uint64_t first, uint64_t
 	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
 	int ret;
 
-	if (open_store(path, 0, &r, &pool, &s))
+	if (open_test_store(path, 0, &r, &pool, &s))
 		return -1;
 	if ((ret = pmck_pipeline_new(s, &o, &p))) {
 		diag("%s: %s", source_name(src), pmck_errormsg());
@@ -167,7 +155,7 @@ test_crash(const char *path, int trials)
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(fds[0]);
-			open_store(path, 0, &r, &pool, &s);
+			open_test_store(path, 0, &r, &pool, &s);
 			uint64_t first = pmck_store_recover(s, &rec) == 0 ? rec.step + 1 : 1;
 			close_store(&r, &pool, &s);
 			if (alloc_device())
@@ -180,14 +168,8 @@ test_crash(const char *path, int trials)
 		/* Let the child start CUDA and commit at least once, then kill it at random. */
 		if (read(fds[0], &step, sizeof(step)) == sizeof(step))
 			last = step;
-		struct timespec d = {0, (rand() % 50000) * 1000L};
-		nanosleep(&d, NULL);
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		while (read(fds[0], &step, sizeof(step)) == sizeof(step))
-			last = step;
-		close(fds[0]);
-		open_store(path, 0, &r, &pool, &s);
+		last = kill_child(pid, fds[0], rand() % 50000, last);
+		open_test_store(path, 0, &r, &pool, &s);
 		if (pmck_store_recover(s, &rec) == 0 && rec.step >= last && exact(s, rec.step)) {
 			recovered++;
 		} else {
@@ -223,7 +205,7 @@ main(void)
 	srand((unsigned)time(NULL));
 	make_layout();
 	unlink(path);
-	if (open_store(path, 1, &r, &pool, &s))
+	if (open_test_store(path, 1, &r, &pool, &s))
 		return 1;
 	close_store(&r, &pool, &s);
 	test_crash(path, 8);
@@ -235,7 +217,7 @@ main(void)
 		step += 10;
 		is_int(gpu_checkpoints(path, src, step, step + 2, -1), 0, "%s: three checkpoints",
 				source_name(src));
-		open_store(path, 0, &r, &pool, &s);
+		open_test_store(path, 0, &r, &pool, &s);
 		is_int(pmck_store_recover(s, &rec), 0, "%s: recover", source_name(src));
 		is_int(rec.step, step + 2, "%s: newest step", source_name(src));
 		ok(exact(s, step + 2), "%s: every tensor bit-exact", source_name(src));

@@ -6,24 +6,9 @@
 #include "pmckpt.h"
 #include "../runtime/internal.h" /* on-media store header and slot headers */
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define MiB ((uint64_t)1 << 20)
-
-/* Fresh message marker: a failing call must overwrite it. */
-static void
-mark_errormsg(void)
-{
-	struct pma_region *r;
-
-	pma_region_open("/nonexistent-dir/#marker#", 0, 0, &r);
-}
-
-static int
-errormsg_fresh(void)
-{
-	const char *m = pma_errormsg();
-	return m[0] != '\0' && strstr(m, "#marker#") == NULL;
-}
 
 /* ------------------------------------------------------------ reference model */
 
@@ -465,15 +450,6 @@ test_invalid(struct pma_pool *pool)
 
 static uint64_t rng = 0x1234567887654321ull;
 
-static uint64_t
-next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
 static void
 test_random_layouts(struct pma_pool *pool)
 {
@@ -482,20 +458,20 @@ test_random_layouts(struct pma_pool *pool)
 	for (int t = 0; t < 60; t++) {
 		struct pmck_tensor_desc d[40];
 		char names[40][16];
-		size_t n = 1 + next() % 40;
+		size_t n = 1 + xorshift64(&rng) % 40;
 		for (size_t i = 0; i < n; i++) {
 			snprintf(names[i], sizeof(names[i]), "t%zu", i);
 			d[i] = (struct pmck_tensor_desc){.name = names[i]};
-			d[i].dtype = (enum pmck_dtype)(next() % PMCK_DTYPE_COUNT);
-			d[i].layer = (uint32_t)(next() % 6);
-			d[i].ndim = (uint32_t)(next() % 4);
+			d[i].dtype = (enum pmck_dtype)(xorshift64(&rng) % PMCK_DTYPE_COUNT);
+			d[i].layer = (uint32_t)(xorshift64(&rng) % 6);
+			d[i].ndim = (uint32_t)(xorshift64(&rng) % 4);
 			for (uint32_t k = 0; k < d[i].ndim; k++) {
-				uint64_t r = next() % 16;
-				d[i].shape[k] = r == 0 ? 0 : r < 10 ? next() % 12 + 1 : next() % 200 + 1;
+				uint64_t r = xorshift64(&rng) % 16;
+				d[i].shape[k] = r == 0 ? 0 : r < 10 ? xorshift64(&rng) % 12 + 1 : xorshift64(&rng) % 200 + 1;
 			}
-			if (next() % 20 == 0) { /* sometimes a multi-chunk tensor */
+			if (xorshift64(&rng) % 20 == 0) { /* sometimes a multi-chunk tensor */
 				d[i].ndim = 1;
-				d[i].shape[0] = (PMCK_HASH_CHUNK + next() % (2 * PMCK_HASH_CHUNK)) /
+				d[i].shape[0] = (PMCK_HASH_CHUNK + xorshift64(&rng) % (2 * PMCK_HASH_CHUNK)) /
 						pmck_dtype_size(d[i].dtype);
 			}
 		}

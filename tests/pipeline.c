@@ -11,6 +11,7 @@
 
 #include "pmckpt.h"
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define LAYERS 6
 #define PER_LAYER 3
@@ -47,26 +48,12 @@ update(size_t i, uint64_t step)
 		src[i][k] = (uint8_t)(step + i + k);
 }
 
+/* This test's store: a 256 MiB region, store "p", the layout above. */
 static int
-open_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
+open_test_store(const char *path, int create, struct pma_region **r, struct pma_pool **pool,
 		struct pmck_store **s)
 {
-	if (pma_region_open(path, 256 << 20, create ? PMA_REGION_CREATE : 0, r))
-		return -1;
-	if ((create ? pma_pool_create(*r, 0, pool) : pma_pool_open(*r, pool)) ||
-	    pmck_store_open_or_create(*pool, "p", descs, N, s)) {
-		diag("%s", pmck_errormsg());
-		return -1;
-	}
-	return 0;
-}
-
-static void
-close_store(struct pma_region **r, struct pma_pool **pool, struct pmck_store **s)
-{
-	pmck_store_close(s);
-	pma_pool_close(pool);
-	pma_region_close(r);
+	return open_store(path, 256 << 20, create, "p", descs, N, r, pool, s);
 }
 
 /* Does some slot hold tensor i with the contents of `step`? */
@@ -94,7 +81,7 @@ test_ordering(const char *path)
 	struct pmck_recovery rec;
 
 	unlink(path);
-	open_store(path, 1, &r, &pool, &s);
+	open_test_store(path, 1, &r, &pool, &s);
 	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1};
 	is_int(pmck_pipeline_new(s, &o, &p), 0, "pipeline with 2 writers");
 	is_int(pmck_pipeline_put_layer(p, 0, (const void *const *)src), -EINVAL,
@@ -109,7 +96,7 @@ test_ordering(const char *path)
 			pmck_pipeline_put_layer(p, l, (const void *const *)src);
 			if (l == LAYERS - 2) {
 				/* A second view of the media: the checkpoint must not be published yet. */
-				open_store(path, 0, &r2, &pool2, &s2);
+				open_test_store(path, 0, &r2, &pool2, &s2);
 				int got = pmck_store_recover(s2, &rec);
 				early_commit |= got == 0 && rec.step == step;
 				close_store(&r2, &pool2, &s2);
@@ -149,7 +136,7 @@ test_backpressure(const char *path, enum pmck_busy_policy policy)
 	const char *what = policy == PMCK_BUSY_WAIT ? "wait" : "skip";
 
 	unlink(path);
-	open_store(path, 1, &r, &pool, &s);
+	open_test_store(path, 1, &r, &pool, &s);
 	/* One writer makes the first checkpoint take long enough to still be in flight. */
 	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .on_busy = policy};
 	pmck_pipeline_new(s, &o, &p);
@@ -187,7 +174,7 @@ crash_child(const char *path, int fd)
 	struct pmck_recovery rec;
 	uint64_t step = 1;
 
-	if (open_store(path, 0, &r, &pool, &s))
+	if (open_test_store(path, 0, &r, &pool, &s))
 		_exit(2);
 	if (pmck_store_recover(s, &rec) == 0)
 		step = rec.step + 1;
@@ -217,7 +204,7 @@ test_crash(const char *path, int trials)
 	int bad = 0, recovered = 0;
 
 	unlink(path);
-	open_store(path, 1, &r, &pool, &s);
+	open_test_store(path, 1, &r, &pool, &s);
 	close_store(&r, &pool, &s);
 	for (int t = 0; t < trials; t++) {
 		int fds[2];
@@ -229,16 +216,9 @@ test_crash(const char *path, int trials)
 			crash_child(path, fds[1]);
 		}
 		close(fds[1]);
-		struct timespec d = {0, (5000 + rand() % 120000) * 1000L};
-		nanosleep(&d, NULL);
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		uint64_t step, last = 0;
-		while (read(fds[0], &step, sizeof(step)) == sizeof(step))
-			last = step;
-		close(fds[0]);
+		uint64_t last = kill_child(pid, fds[0], 5000 + rand() % 120000, 0);
 
-		open_store(path, 0, &r, &pool, &s);
+		open_test_store(path, 0, &r, &pool, &s);
 		int ret = pmck_store_recover(s, &rec);
 		if (ret == 0) {
 			recovered++;

@@ -25,6 +25,7 @@
 #include "pmckpt.h"
 #include "pmctl.h"
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define MiB ((size_t)1 << 20)
 #define STORE "pmctl-test"
@@ -41,32 +42,6 @@ static const struct pmck_tensor_desc layout[] = {
 static const char *selector;
 static int numa = -1;
 static const char *file_path; /* self-test */
-
-static uint64_t
-mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/* The contents of tensor t at `step`. */
-static void
-gen(uint64_t step, size_t t, uint8_t *buf, uint64_t n)
-{
-	uint64_t base = mix64(step * 0x100000001b3ull ^ ((uint64_t)t << 56));
-	uint64_t w = 0;
-
-	for (; (w + 1) * 8 <= n; w++) {
-		uint64_t v = mix64(base + w);
-		memcpy(buf + w * 8, &v, 8);
-	}
-	if (w * 8 < n) {
-		uint64_t v = mix64(base + w);
-		memcpy(buf + w * 8, &v, n - w * 8);
-	}
-}
 
 struct handle {
 	struct pma_region *r;
@@ -125,7 +100,7 @@ commit(struct handle *h, uint64_t step)
 	int rc = pmck_store_begin(h->s, step, &c);
 
 	for (size_t i = 0; !rc && i < NT; i++) {
-		gen(step, i, h->buf[i], h->bytes[i]);
+		fill_tensor(step, i, h->buf[i], h->bytes[i]);
 		rc = pmck_ckpt_write(c, i, h->buf[i]);
 	}
 	if (!rc)
@@ -141,7 +116,7 @@ bit_exact(struct handle *h, uint64_t step)
 {
 	for (size_t i = 0; i < NT; i++) {
 		const uint8_t *got = pmck_store_tensor_data(h->s, i);
-		gen(step, i, h->buf[i], h->bytes[i]);
+		fill_tensor(step, i, h->buf[i], h->bytes[i]);
 		if (!got || memcmp(got, h->buf[i], h->bytes[i]) != 0) {
 			diag("tensor %s differs from step %" PRIu64, layout[i].name, step);
 			return 0;

@@ -4,6 +4,7 @@
 
 #include "pmalloc.h"
 #include "tap.h"
+#include "ckpt_util.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -33,22 +34,6 @@ collect(const struct pma_alloc_info *info, void *arg)
 	}
 	l->n++;
 	return l->stop_at && l->n == l->stop_at ? 7 : 0;
-}
-
-/* Fresh message marker: a failing call must overwrite it. */
-static void
-mark_errormsg(void)
-{
-	struct pma_region *r;
-
-	pma_region_open("/nonexistent-dir/#marker#", 0, 0, &r);
-}
-
-static int
-errormsg_fresh(void)
-{
-	const char *m = pma_errormsg();
-	return m[0] != '\0' && strstr(m, "#marker#") == NULL;
 }
 
 static void
