@@ -307,29 +307,6 @@ ntcopy_run(const struct pma_region *r, void *dst, const void *src, uint64_t len,
 
 /* --------------------------------------------------------------- commit */
 
-static int
-checkpoint(struct pmck_store *s, uint64_t step, const void *const *srcs, unsigned threads,
-		double *secs)
-{
-	struct pmck_ckpt *c;
-	double t0 = tool_now();
-	int ret = pmck_store_begin(s, step, &c);
-
-	if (ret) {
-		fprintf(stderr, "pmck-bench: begin step %llu: %s\n", (unsigned long long)step,
-				pmck_errormsg());
-		return ret;
-	}
-	if ((ret = pmck_ckpt_write_all(c, srcs, threads)) || (ret = pmck_ckpt_commit(c))) {
-		fprintf(stderr, "pmck-bench: checkpoint step %llu: %s\n", (unsigned long long)step,
-				pmck_errormsg());
-		pmck_ckpt_abort(c);
-		return ret;
-	}
-	*secs = tool_now() - t0;
-	return 0;
-}
-
 /* ------------------------------------------------------------ pmemobj tx */
 
 struct pobj {
@@ -682,8 +659,8 @@ main(int argc, char **argv)
 	uint64_t step = 0;
 	double secs;
 	if (ntcopy_run(nr, nt_dst, src, data_size, threads, &secs) ||
-	    checkpoint(store, ++step, srcs, threads, &secs) ||
-	    checkpoint(store, ++step, srcs, threads, &secs)) {
+	    tool_checkpoint("pmck-bench", store, ++step, srcs, threads, &secs, NULL) ||
+	    tool_checkpoint("pmck-bench", store, ++step, srcs, threads, &secs, NULL)) {
 		fprintf(stderr, "pmck-bench: warm-up failed\n");
 		goto out;
 	}
@@ -693,7 +670,7 @@ main(int argc, char **argv)
 			goto out;
 		}
 		t_nt.n++;
-		if (checkpoint(store, ++step, srcs, threads, &t_ck.t[t_ck.n]))
+		if (tool_checkpoint("pmck-bench", store, ++step, srcs, threads, &t_ck.t[t_ck.n], NULL))
 			goto out;
 		t_ck.n++;
 	}

@@ -265,30 +265,6 @@ regenerate(struct model *m, uint64_t step)
 
 /* ----------------------------------------------------------- checkpoint */
 
-static int
-checkpoint(struct pmck_store *s, const struct model *m, uint64_t step, unsigned threads,
-		double *secs, unsigned *slot)
-{
-	struct pmck_ckpt *c;
-	double t0 = tool_now();
-	int ret = pmck_store_begin(s, step, &c);
-
-	if (ret) {
-		fprintf(stderr, "pmck-demo: begin checkpoint of step %llu: %s\n",
-				(unsigned long long)step, pmck_errormsg());
-		return ret;
-	}
-	*slot = pmck_ckpt_slot(c);
-	if ((ret = pmck_ckpt_write_all(c, m->srcs, threads)) || (ret = pmck_ckpt_commit(c))) {
-		fprintf(stderr, "pmck-demo: checkpoint of step %llu: %s\n", (unsigned long long)step,
-				pmck_errormsg());
-		pmck_ckpt_abort(c);
-		return ret;
-	}
-	*secs = tool_now() - t0;
-	return 0;
-}
-
 /* ------------------------------------------------------- crash and child */
 
 struct msg {
@@ -324,7 +300,7 @@ child_main(int fd, struct pmck_store *s, struct model *m, struct pma_region *r,
 		double secs;
 		unsigned slot;
 		send_msg(fd, 'B', step);
-		if (checkpoint(s, m, step, threads, &secs, &slot)) {
+		if (tool_checkpoint("pmck-demo", s, step, m->srcs, threads, &secs, &slot)) {
 			send_msg(fd, 'E', step);
 			_exit(3);
 		}
@@ -528,7 +504,7 @@ main(int argc, char **argv)
 		if (step % every)
 			continue;
 		unsigned slot;
-		if (checkpoint(s, &m, step, (unsigned)threads, &ck_times[nck], &slot))
+		if (tool_checkpoint("pmck-demo", s, step, m.srcs, (unsigned)threads, &ck_times[nck], &slot))
 			goto out;
 		printf("  step %4llu  checkpoint %.2f GB in %.3f s = %5.2f GB/s  (slot %u)\n",
 				(unsigned long long)step, (double)m.tensor_bytes / GB, ck_times[nck],

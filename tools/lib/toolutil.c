@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* toolutil.c -- helpers shared by the tools: clocks, medians, option parsing, meminfo. */
+/* toolutil.c -- helpers shared by the tools: clocks, medians, option parsing, meminfo, a checkpoint. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "pmckpt.h"
 #include "toolutil.h"
 
 double
@@ -85,4 +86,29 @@ tool_mem_available(void)
 			break;
 	fclose(f);
 	return (uint64_t)kb << 10;
+}
+
+int
+tool_checkpoint(const char *prog, struct pmck_store *s, uint64_t step,
+		const void *const *srcs, unsigned threads, double *secs, unsigned *slot)
+{
+	struct pmck_ckpt *c;
+	double t0 = tool_now();
+	int ret = pmck_store_begin(s, step, &c);
+
+	if (ret) {
+		fprintf(stderr, "%s: begin of step %llu: %s\n", prog, (unsigned long long)step,
+				pmck_errormsg());
+		return ret;
+	}
+	if (slot)
+		*slot = pmck_ckpt_slot(c);
+	if ((ret = pmck_ckpt_write_all(c, srcs, threads)) || (ret = pmck_ckpt_commit(c))) {
+		fprintf(stderr, "%s: checkpoint of step %llu: %s\n", prog, (unsigned long long)step,
+				pmck_errormsg());
+		pmck_ckpt_abort(c);
+		return ret;
+	}
+	*secs = tool_now() - t0;
+	return 0;
 }

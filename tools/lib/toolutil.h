@@ -21,4 +21,16 @@ int tool_parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned 
 /* MemAvailable from /proc/meminfo in bytes (0 if unknown). */
 uint64_t tool_mem_available(void);
 
+struct pmck_store;
+
+/*
+ * One whole checkpoint: pmck_store_begin(step), pmck_ckpt_write_all from
+ * srcs with `threads` threads, pmck_ckpt_commit.  *secs receives the time
+ * it took, *slot (may be NULL) the slot written.  On failure the
+ * checkpoint is aborted, "PROG: ... step N: message" goes to stderr and
+ * the library's error is returned.
+ */
+int tool_checkpoint(const char *prog, struct pmck_store *s, uint64_t step,
+		const void *const *srcs, unsigned threads, double *secs, unsigned *slot);
+
 #endif
