@@ -163,6 +163,32 @@ int pma_pool_create(struct pma_region *r, unsigned max_allocs,
  */
 int pma_pool_open(struct pma_region *r, struct pma_pool **out);
 
+/*
+ * pma_pool_open_or_create -- the one call to open a pool that may not exist
+ * yet.  Opens the pool on r as pma_pool_open does; only when r is blank (see
+ * pma_region_is_blank: a new file, a device nobody formatted) formats a new
+ * pool as pma_pool_create(r, max_allocs) does.  *created (may be NULL) is set
+ * to 1 when it formatted, else 0, so a caller that expected its data can
+ * tell a blank medium from a recovered one.
+ *
+ * It never formats anything else: a region holding other data (a file
+ * system, another program's pool, random bytes) gives PMA_E_NOT_POOL with a
+ * message naming what was found; a damaged pool PMA_E_CORRUPT; a truncated
+ * one PMA_E_TRUNCATED; another version PMA_E_VERSION.  Then nothing on the
+ * region is changed; `pmckpt check` reports a damaged pool and `pmckpt
+ * create --force` formats deliberately.
+ * Errors: those above, and those of pma_pool_create.
+ */
+int pma_pool_open_or_create(struct pma_region *r, unsigned max_allocs,
+		struct pma_pool **out, int *created);
+
+/*
+ * pma_region_is_blank -- 1 if the bytes where a pool keeps its header and
+ * default allocation table (the first 2 MiB, or the whole region if
+ * smaller) are all zero, else 0.  Reads only.
+ */
+int pma_region_is_blank(const struct pma_region *r);
+
 /* pma_pool_close -- frees *p (not the region) and sets it to NULL. */
 void pma_pool_close(struct pma_pool **p);
 

@@ -405,6 +405,13 @@ struct pmck_local_opts {
 	const char *store_name;   /* NULL: "default" */
 	const struct pmck_tensor_desc *descs; /* the layout (required) */
 	size_t ndescs;
+	/*
+	 * Bytes of a pm_path file that does not exist yet, which is then
+	 * created (0600); 0: pmck_local_pool_size() of the layout.  Ignored
+	 * when the file or device exists.  A missing name directly in /dev is never
+	 * created (a devdax device comes from provisioning: pmctl).
+	 */
+	uint64_t pm_size;
 };
 
 /* A region, its pool and one store, opened together. */
@@ -415,6 +422,7 @@ struct pmck_local {
 	enum pmck_backend backend;
 	char path[4096];          /* what was mapped */
 	char description[4608];   /* one line saying which backend and why */
+	int created;              /* 1: the pool was formatted by this open (blank medium) */
 };
 
 /*
@@ -423,11 +431,24 @@ struct pmck_local {
  * for two slots of the layout, with the same two-slot protocol; fills
  * *out, whose `description` says which backend was chosen and why (a
  * pm_path without DAX granularity is used, and reported as a ramdisk-like
- * page-granularity backend).  Pools are created when the region holds
- * none.  Errors: those of pma_region_open, pma_pool_open/create and
- * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout).
+ * page-granularity backend).  A missing pm_path file is created with
+ * opts->pm_size bytes.  The pool is opened with pma_pool_open_or_create:
+ * formatted only when the region is blank (out->created says so), never
+ * over other data or a damaged pool.  Directories (ramdisk_dir) are made
+ * with their parents.  On failure nothing this call created is left.
+ * Errors: those of pma_region_open, pma_pool_open_or_create (PMA_E_NOT_POOL
+ * for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
+ * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout); -ENOENT
+ * for a missing device directly in /dev.
  */
 int pmck_local_open(const struct pmck_local_opts *opts, struct pmck_local *out);
+
+/*
+ * pmck_local_pool_size -- the bytes of a region that holds one pool with
+ * one store of this layout (two slots, tensor map, alignment slack): the
+ * size pmck_local_open gives a new file.  Errors: those of the layout check.
+ */
+int pmck_local_pool_size(const struct pmck_tensor_desc *descs, size_t n, uint64_t *size);
 
 /* pmck_local_close -- closes store, pool and region of *l. */
 void pmck_local_close(struct pmck_local *l);
@@ -539,6 +560,19 @@ int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
  * PMCK_E_CORRUPT, those of begin and commit.
  */
 int pmck_safetensors_import(struct pmck_store *s, const char *path, uint64_t step);
+
+/*
+ * pmck_safetensors_layout -- the layout of the store a safetensors file
+ * came from, to create a store it can be imported into: names, dtypes,
+ * shapes and layers in declaration order, from the file's "layout:" entries
+ * (checked against its layout_hash).  A file not written by pmckpt gets
+ * one layer per tensor in data order.  On success *descs is one malloc'd
+ * block (names included) that the caller frees with free(); *n is its
+ * length.  Errors: those of pmck_safetensors_verify's parsing,
+ * PMCK_E_LAYOUT (no tensor; a pmckpt file from a version without layout
+ * entries), PMCK_E_CORRUPT (inconsistent entries), -ENOMEM.
+ */
+int pmck_safetensors_layout(const char *path, struct pmck_tensor_desc **descs, size_t *n);
 
 /* ------------------------------------------------- two-tier recovery */
 

@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -461,4 +462,79 @@ pma_pool_foreach(struct pma_pool *p, int (*cb)(const struct pma_alloc_info *, vo
 	}
 	free(v);
 	return ret;
+}
+
+/*
+ * The bytes a pool's header and default allocation table occupy: a region
+ * is blank when all of them are zero.  A pool whose header page was wiped
+ * still has a table here, so it is never taken for blank.
+ */
+#define BLANK_PROBE_BYTES (2u << 20)
+
+/* Names what region bytes hold when they are neither blank nor a pool (for messages). */
+static void
+describe_contents(const unsigned char *b, size_t size, char *out, size_t outsz)
+{
+	size_t i;
+
+	if (size >= 1082 && b[1080] == 0x53 && b[1081] == 0xef)
+		snprintf(out, outsz, "an ext2/3/4 file system");
+	else if (size >= 4 && !memcmp(b, "XFSB", 4))
+		snprintf(out, outsz, "an XFS file system");
+	else if (size >= 8 && (!memcmp(b, "PMEMOBJ", 7) || !memcmp(b, "PMEMBLK", 7) ||
+			!memcmp(b, "PMEMLOG", 7)))
+		snprintf(out, outsz, "a PMDK pool (%.7s)", (const char *)b);
+	else {
+		for (i = 0; i < size && !b[i]; i++)
+			;
+		snprintf(out, outsz, "other data (first non-zero byte at offset %zu)", i);
+	}
+}
+
+int
+pma_region_is_blank(const struct pma_region *r)
+{
+	const unsigned char *b = pma_region_addr(r);
+	size_t n = pma_region_size(r) < BLANK_PROBE_BYTES ? pma_region_size(r) : BLANK_PROBE_BYTES;
+
+	/* Word at a time: 2 MiB of a fresh devdax compares in well under a millisecond. */
+	size_t i = 0;
+	for (; i + sizeof(uint64_t) <= n; i += sizeof(uint64_t)) {
+		uint64_t w;
+		memcpy(&w, b + i, sizeof(w));
+		if (w)
+			return 0;
+	}
+	for (; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+int
+pma_pool_open_or_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out,
+		int *created)
+{
+	if (!r || !out)
+		return pma__err(-EINVAL, "pma_pool_open_or_create: region and out are required");
+	*out = NULL;
+	if (created)
+		*created = 0;
+
+	int ret = pma_pool_open(r, out);
+	if (ret != PMA_E_NOT_POOL)
+		return ret; /* a pool, or one that failed its checks: never formatted here */
+	if (!pma_region_is_blank(r)) {
+		char what[96];
+		describe_contents(pma_region_addr(r), pma_region_size(r), what, sizeof(what));
+		return pma__err(PMA_E_NOT_POOL, "%s holds %s, not a pmalloc pool; refusing to "
+				"format it (pmckpt create --force formats it)", pma_region_path(r),
+				what);
+	}
+	/* Blank: a new file or a device nobody formatted.  Nothing is lost by creating. */
+	if ((ret = pma_pool_create(r, max_allocs, out)))
+		return ret;
+	if (created)
+		*created = 1;
+	return 0;
 }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "pmckpt.h"
 #include "../pmalloc/errmsg.h"
@@ -93,6 +94,15 @@ struct pmck_store {
 
 /* layout.c */
 int pmck__layout_check(const struct pmck_tensor_desc *d, size_t n, uint64_t *nbytes);
+
+/*
+ * pmck__mkdir_p -- makes dir and its missing parents (mode for each).  The
+ * outermost directory it made goes to first_made ("" if none), for
+ * pmck__rmdir_made to undo a failed call.  Errors: -errno, -ENOTDIR.
+ */
+int pmck__mkdir_p(const char *dir, mode_t mode, char *first_made, size_t first_size);
+/* pmck__rmdir_made -- removes dir and its parents down to first_made, if empty. */
+void pmck__rmdir_made(const char *dir, const char *first_made);
 uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
 uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nbytes,
 		size_t n, uint64_t *offset);

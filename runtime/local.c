@@ -15,9 +15,11 @@
 #include "internal.h"
 
 /* Pool bytes for two slots of the layout, their metadata and alignment slack. */
-static int
-pool_size_for(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
+int
+pmck_local_pool_size(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
 {
+	if (!d || !size)
+		return pma__err(-EINVAL, "pmck_local_pool_size: layout and size are required");
 	uint64_t *nbytes = malloc(n * sizeof(*nbytes) + 1);
 	uint64_t *offset = malloc(n * sizeof(*offset) + 1);
 	int ret = nbytes && offset ? pmck__layout_check(d, n, nbytes)
@@ -34,17 +36,6 @@ pool_size_for(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
 	return ret;
 }
 
-/* True if the first page of the region is all zero: a device nobody formatted. */
-static int
-blank_header(const struct pma_region *r)
-{
-	const unsigned char *p = pma_region_addr(r);
-	for (size_t i = 0; i < 4096 && i < pma_region_size(r); i++)
-		if (p[i])
-			return 0;
-	return 1;
-}
-
 /* Does the file start with a pool's magic? (read, not mapped: it may be too short to map) */
 static int
 holds_pool_magic(const char *path)
@@ -59,44 +50,65 @@ holds_pool_magic(const char *path)
 	return n == (ssize_t)sizeof(magic) && !memcmp(magic, "PMAPOOL", sizeof(magic));
 }
 
-int
-pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
+/* Is path a name directly in /dev, where devices appear and files are never made? */
+static int
+in_dev(const char *path)
 {
-	const char *name = o && o->store_name ? o->store_name : "default";
-	uint64_t size;
+	const char *slash = strrchr(path, '/');
+	return slash && slash - path == 4 && !strncmp(path, "/dev", 4);
+}
+
+/* The PM path: an existing device or file, or a new file of pm_size bytes. */
+static int
+open_pm(const struct pmck_local_opts *o, uint64_t layout_size, struct pmck_local *l, int *made)
+{
+	int ret = pma_region_open(o->pm_path, 0, 0, &l->region);
+
+	if (ret != -ENOENT)
+		return ret;
+	if (in_dev(o->pm_path))
+		return pma__err(-ENOENT, "%s does not exist: no such device (pmctl provision "
+				"creates devdax namespaces, pmctl list shows them)", o->pm_path);
+	uint64_t size = o->pm_size ? o->pm_size : layout_size;
+	if ((ret = pma_region_open(o->pm_path, (size_t)size, PMA_REGION_CREATE, &l->region)))
+		return ret;
+	*made = 1;
+	return 0;
+}
+
+/* The ramdisk path: DIR/pmckpt-NAME.pool, sized for the layout. */
+static int
+open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
+		struct pmck_local *l, int *made, char *dir_made, size_t dir_made_size)
+{
+	const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
 	int ret;
 
-	if (!o || !l || !o->descs)
-		return pma__err(-EINVAL, "pmck_local_open: opts with a layout and out are required");
-	memset(l, 0, sizeof(*l));
-	if ((ret = pool_size_for(o->descs, o->ndescs, &size)))
+	if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
+	    (int)sizeof(l->path))
+		return pma__err(-ENAMETOOLONG, "ramdisk path too long");
+	if ((ret = pmck__mkdir_p(dir, 0700, dir_made, dir_made_size)))
 		return ret;
-
-	if (o->pm_path) {
-		snprintf(l->path, sizeof(l->path), "%s", o->pm_path);
-		ret = pma_region_open(o->pm_path, 0, 0, &l->region);
-	} else {
-		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
-		if (mkdir(dir, 0700) && errno != EEXIST)
-			return pma__err(-errno, "mkdir %s: %s", dir, strerror(errno));
-		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
-		    (int)sizeof(l->path))
-			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
+	*made = access(l->path, F_OK) != 0;
+	ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+	/*
+	 * A creation killed before the pool was formatted leaves a short or
+	 * blank file: it is ours (our name, our directory) and holds no pool,
+	 * so nothing is lost by making it again.
+	 */
+	if ((ret == -ENOSPC || ret == -EINVAL) && !holds_pool_magic(l->path)) {
+		unlink(l->path);
+		*made = 1;
 		ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
-		/*
-		 * A creation killed before the pool was formatted leaves a short or
-		 * blank file: it is ours (our name, our directory) and holds no pool,
-		 * so nothing is lost by making it again.
-		 */
-		if ((ret == -ENOSPC || ret == -EINVAL) && !holds_pool_magic(l->path)) {
-			unlink(l->path);
-			ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
-		}
 	}
-	if (ret)
-		return ret;
+	return ret;
+}
 
+static void
+describe_backend(const struct pmck_local_opts *o, struct pmck_local *l)
+{
 	enum pma_granularity g = pma_region_granularity(l->region);
+
 	if (pma_region_kind(l->region) == PMA_REGION_DEVDAX) {
 		l->backend = PMCK_BACKEND_DEVDAX;
 		snprintf(l->description, sizeof(l->description), "PM: devdax %s (%s granularity)",
@@ -113,16 +125,47 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 				"no PM given: ramdisk fallback %s (page granularity); copy-out to a "
 				"shared file system keeps checkpoints beyond this node", l->path);
 	}
+}
 
-	ret = pma_pool_open(l->region, &l->pool);
-	/* Format only what is blank: never a medium holding something else. */
-	if (ret == PMA_E_NOT_POOL && blank_header(l->region))
-		ret = pma_pool_create(l->region, 0, &l->pool);
+int
+pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
+{
+	const char *name = o && o->store_name ? o->store_name : "default";
+	char dir_made[PATH_MAX] = "";
+	uint64_t size;
+	int made = 0;
+	int ret;
+
+	if (!o || !l || !o->descs)
+		return pma__err(-EINVAL, "pmck_local_open: opts with a layout and out are required");
+	memset(l, 0, sizeof(*l));
+	if ((ret = pmck_local_pool_size(o->descs, o->ndescs, &size)))
+		return ret;
+
+	if (o->pm_path) {
+		snprintf(l->path, sizeof(l->path), "%s", o->pm_path);
+		ret = open_pm(o, size, l, &made);
+	} else {
+		ret = open_ramdisk(o, name, size, l, &made, dir_made, sizeof(dir_made));
+	}
+	if (!ret) {
+		describe_backend(o, l);
+		/* Format only what is blank: never a medium holding something else. */
+		ret = pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
+	}
 	if (!ret)
 		ret = pmck_store_open_or_create(l->pool, name, o->descs, o->ndescs, &l->store);
 	if (ret) {
 		pmck_local_close(l);
-		return pma__err_prefix(ret, "%s", o->pm_path ? o->pm_path : "ramdisk");
+		/* Nothing this call made is left behind: not the file, not its directories. */
+		if (made)
+			unlink(l->path);
+		if (!o->pm_path)
+			pmck__rmdir_made(o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm", dir_made);
+		/* Messages from the region already name the path; others get it once. */
+		if (!strstr(pma_errormsg(), l->path))
+			pma__err_prefix(ret, "%s", l->path);
+		return ret;
 	}
 	return 0;
 }

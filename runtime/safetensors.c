@@ -4,8 +4,10 @@
  * header length, a JSON header (json-c) naming each tensor's dtype, shape
  * and data_offsets, then the tensors' bytes, packed without holes.
  * pmckpt adds to "__metadata__" (string values only, as the format
- * requires): format, step, rank, world_size, layout_hash and one
- * "xxh3:<tensor>" checksum per tensor (pmck_tensor_checksum, hex).
+ * requires): format, step, rank, world_size, layout_hash, one
+ * "xxh3:<tensor>" checksum per tensor (pmck_tensor_checksum, hex) and one
+ * "layout:<tensor>" = "<declaration index> <layer> <pmck_dtype>" per tensor,
+ * from which pmck_safetensors_layout rebuilds the store's layout exactly.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -129,6 +131,9 @@ build_header(const struct pmck_store *s, unsigned k, uint64_t step, unsigned ran
 		char key[PMCK_NAME_MAX + 8];
 		snprintf(key, sizeof(key), "xxh3:%s", e->name);
 		snprintf(buf, sizeof(buf), "%016" PRIx64, s->csum[k][order[j]]);
+		json_object_object_add(meta, key, json_object_new_string(buf));
+		snprintf(key, sizeof(key), "layout:%s", e->name);
+		snprintf(buf, sizeof(buf), "%u %u %u", order[j], e->layer, e->dtype);
 		json_object_object_add(meta, key, json_object_new_string(buf));
 	}
 	json_object_object_add(root, "__metadata__", meta);
@@ -555,6 +560,103 @@ out:
 	if (ret && ret != -ENOMEM)
 		pma__err_prefix(ret, "import");
 	free(map);
+	st_close(&f);
+	return ret;
+}
+
+/* "<index> <layer> <dtype>" of a "layout:<name>" entry; 0, or -1 if absent or malformed. */
+static int
+meta_layout(json_object *meta, const char *name, unsigned *index, unsigned *layer,
+		unsigned *dtype)
+{
+	char key[PMCK_NAME_MAX + 8];
+	json_object *o;
+	int used = 0;
+
+	snprintf(key, sizeof(key), "layout:%s", name);
+	if (!meta || !json_object_object_get_ex(meta, key, &o) ||
+	    !json_object_is_type(o, json_type_string))
+		return -1;
+	const char *v = json_object_get_string(o);
+	if (sscanf(v, "%u %u %u%n", index, layer, dtype, &used) != 3 || v[used])
+		return -1;
+	return 0;
+}
+
+int
+pmck_safetensors_layout(const char *path, struct pmck_tensor_desc **out, size_t *count)
+{
+	struct st_file f;
+	struct pmck_tensor_desc *d = NULL;
+	char *names = NULL;
+	int ret;
+
+	if (!path || !out || !count)
+		return pma__err(-EINVAL, "pmck_safetensors_layout: path, out and count are required");
+	*out = NULL;
+	*count = 0;
+	if ((ret = st_open(path, &f)))
+		goto out;
+	if (f.n == 0) {
+		ret = pma__err(PMCK_E_LAYOUT, "%s holds no tensor", path);
+		goto out;
+	}
+	json_object *meta = NULL;
+	json_object_object_get_ex(f.root, "__metadata__", &meta);
+	/* One block: the descriptors, then their names (they must outlive the file's JSON). */
+	d = calloc(f.n, sizeof(*d) + PMCK_NAME_MAX);
+	if (!d) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	names = (char *)(d + f.n);
+	/* Data order: the order the tensors were placed in, i.e. by layer. */
+	struct st_tensor *t = malloc(f.n * sizeof(*t));
+	if (!t) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(t, f.t, f.n * sizeof(*t));
+	qsort(t, f.n, sizeof(*t), cmp_begin);
+	size_t described = 0;
+	for (size_t j = 0; j < f.n && !ret; j++) {
+		unsigned index = (unsigned)j, layer = (unsigned)j, dtype = (unsigned)t[j].dtype;
+		if (meta_layout(meta, t[j].name, &index, &layer, &dtype) == 0)
+			described++;
+		else
+			index = (unsigned)j, layer = (unsigned)j, dtype = (unsigned)t[j].dtype;
+		if (index >= f.n || d[index].name || !same_dtype((enum pmck_dtype)dtype, t[j].dtype)) {
+			ret = pma__err(PMCK_E_CORRUPT, "%s: layout entry of tensor '%s' is inconsistent",
+					path, t[j].name);
+			break;
+		}
+		char *nm = names + index * PMCK_NAME_MAX;
+		snprintf(nm, PMCK_NAME_MAX, "%s", t[j].name);
+		d[index] = (struct pmck_tensor_desc){.name = nm, .dtype = (enum pmck_dtype)dtype,
+				.ndim = t[j].ndim, .layer = layer};
+		memcpy(d[index].shape, t[j].shape, sizeof(d[index].shape));
+	}
+	free(t);
+	if (ret)
+		goto out;
+	if (described && described != f.n)
+		ret = pma__err(PMCK_E_CORRUPT, "%s: %zu of %zu tensors have a layout entry", path,
+				described, f.n);
+	else if (!described && f.is_pmckpt)
+		ret = pma__err(PMCK_E_LAYOUT, "%s was written by a pmckpt without layout entries: "
+				"its layers are unknown; import it into a store made with the "
+				"original layout", path);
+	else if (f.has_layout && pmck__layout_hash(d, f.n) != f.layout_hash)
+		ret = pma__err(PMCK_E_CORRUPT, "%s: the layout entries do not give its layout_hash "
+				"%016" PRIx64, path, f.layout_hash);
+out:
+	if (ret) {
+		free(d);
+		d = NULL;
+	} else {
+		*out = d;
+		*count = f.n;
+	}
 	st_close(&f);
 	return ret;
 }

@@ -46,6 +46,9 @@
 #define D_MODEL 1024
 #define N_CTX 1024
 #define VOCAB 50257
+
+/* Rows of the token embedding (--vocab): smaller for slow machines such as a TCG guest. */
+static unsigned long vocab = VOCAB;
 #define MAX_LAYERS 24
 #define WINDOW 1024 /* fp32 words changed per tensor per step */
 #define CHILD_MAX_STEPS 1000
@@ -123,7 +126,7 @@ layer_params(void)
 static uint64_t
 fixed_params(void)
 {
-	return (uint64_t)VOCAB * D_MODEL + (uint64_t)N_CTX * D_MODEL + 2 * D_MODEL;
+	return (uint64_t)vocab * D_MODEL + (uint64_t)N_CTX * D_MODEL + 2 * D_MODEL;
 }
 
 /* GPT-2 medium's state dict (HF names, Conv1D shapes), with `layers` blocks. */
@@ -149,7 +152,7 @@ build_model(struct model *m, unsigned layers)
 	m->names = calloc(cap, sizeof(*m->names));
 	if (!m->d || !m->names)
 		return -ENOMEM;
-	add(m, "wte.weight", PMCK_DTYPE_F32, 0, 2, VOCAB, D_MODEL);
+	add(m, "wte.weight", PMCK_DTYPE_F32, 0, 2, vocab, D_MODEL);
 	add(m, "wpe.weight", PMCK_DTYPE_F32, 0, 2, N_CTX, D_MODEL);
 	for (unsigned l = 0; l < layers; l++)
 		for (unsigned k = 0; k < sizeof(blk) / sizeof(blk[0]); k++) {
@@ -314,15 +317,48 @@ child_main(int fd, struct pmck_store *s, struct model *m, struct pma_region *r,
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: pmck-demo [--steps N] [--every K] [--path FILE] [--layers L] [--threads N]\n"
-		   "                 [--seed S] [--keep]\n"
+	fprintf(f, "usage: pmck-demo [--steps N] [--every K] [--path FILE] [--layers L] [--vocab V]\n"
+		   "                 [--threads N] [--seed S] [--keep]\n"
 		   "  --steps    training steps before the crash test (default 20)\n"
 		   "  --every    checkpoint every K steps (default 5)\n"
-		   "  --path     pool file (default /dev/shm/pmck-demo.pool)\n"
+		   "  --path     pool file (default /dev/shm/pmck-demo.pool), or a devdax device\n"
+		   "             (/dev/daxX.Y): a blank one is formatted, a pool made by pmckpt\n"
+		   "             create is used (the demo's store is added, then removed)\n"
 		   "  --layers   transformer blocks, 0..24 (default 24: GPT-2 medium)\n"
+		   "  --vocab    rows of the token embedding, 1..50257 (default 50257)\n"
 		   "  --threads  checkpoint threads (default: online CPUs, at most 8)\n"
 		   "  --seed     seed of the crash timing (default: random)\n"
 		   "  --keep     keep the pool file\n");
+}
+
+/*
+ * A device (devdax) is never removed: its pool is opened, or formatted if
+ * the device is blank (pma_pool_open_or_create refuses other data), and an
+ * earlier run's store is destroyed so its space counts as free.
+ */
+static int
+open_device_pool(const char *path, struct pma_region **r, struct pma_pool **pool)
+{
+	int created = 0;
+
+	if (pma_region_open(path, 0, 0, r) ||
+	    pma_pool_open_or_create(*r, 0, pool, &created)) {
+		fprintf(stderr, "pmck-demo: %s\n", pma_errormsg());
+		pma_region_close(r);
+		return -1;
+	}
+	if (created)
+		printf("formatted a pool on the blank device %s\n", path);
+	if (!pma_lookup(*pool, STORE ".meta", NULL, NULL)) {
+		if (pmck_store_destroy(*pool, STORE)) {
+			fprintf(stderr, "pmck-demo: %s: %s\n", path, pmck_errormsg());
+			pma_pool_close(pool);
+			pma_region_close(r);
+			return -1;
+		}
+		printf("removed the store '%s' left on %s by an earlier run\n", STORE, path);
+	}
+	return 0;
 }
 
 /* Refuses to replace a file that is not a pool made by this demo. */
@@ -377,6 +413,8 @@ main(int argc, char **argv)
 			bad = tool_parse_uint(v, 1, 1000000, &steps);
 		} else if (!strcmp(a, "--every")) {
 			bad = tool_parse_uint(v, 1, 1000000, &every);
+		} else if (!strcmp(a, "--vocab")) {
+			bad = tool_parse_uint(v, 1, VOCAB, &vocab);
 		} else if (!strcmp(a, "--layers")) {
 			bad = tool_parse_uint(v, 0, MAX_LAYERS, &layers);
 		} else if (!strcmp(a, "--threads")) {
@@ -417,21 +455,33 @@ main(int argc, char **argv)
 	double *ck_times = NULL;
 	unsigned nck = 0;
 
-	/* An earlier run's pool goes first: its space counts as free. */
-	if (remove_old_pool(path))
-		return 1;
-
-	/* ---------------------------------------------- space and layers */
+	struct stat pst;
+	int device = stat(path, &pst) == 0 && S_ISCHR(pst.st_mode);
 	char dirbuf[PATH_MAX];
 	snprintf(dirbuf, sizeof(dirbuf), "%s", path);
-	const char *dir = dirname(dirbuf);
-	struct statvfs vfs;
-	if (statvfs(dir, &vfs)) {
-		fprintf(stderr, "pmck-demo: %s: %s\n", dir, strerror(errno));
-		return 1;
+	const char *dir = device ? path : dirname(dirbuf);
+	uint64_t fs_free, mem = tool_mem_available();
+	int tmpfs = 0;
+
+	if (device) {
+		/* The device's pool: what its heap has free is the room (region = 2 MiB header + heap). */
+		if (open_device_pool(path, &r, &pool))
+			return 1;
+		fs_free = pma_pool_free_bytes(pool) + 66 * MiB;
+	} else {
+		/* An earlier run's pool goes first: its space counts as free. */
+		if (remove_old_pool(path))
+			return 1;
+		struct statvfs vfs;
+		if (statvfs(dir, &vfs)) {
+			fprintf(stderr, "pmck-demo: %s: %s\n", dir, strerror(errno));
+			return 1;
+		}
+		fs_free = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		tmpfs = dir_is_tmpfs(dir);
 	}
-	uint64_t fs_free = (uint64_t)vfs.f_bavail * vfs.f_frsize, mem = tool_mem_available();
-	int tmpfs = dir_is_tmpfs(dir);
+
+	/* ---------------------------------------------- space and layers */
 	unsigned long want = layers;
 	for (;; layers--) {
 		uint64_t slot = 4 * (fixed_params() + layers * layer_params()) + 64 * 1024;
@@ -445,7 +495,7 @@ main(int argc, char **argv)
 			fprintf(stderr, "pmck-demo: not enough room even without transformer blocks: "
 					"%s has %llu MiB free, MemAvailable %llu MiB\n", dir,
 					(unsigned long long)(fs_free / MiB), (unsigned long long)(mem / MiB));
-			return 1;
+			goto out;
 		}
 	}
 	if (build_model(&m, (unsigned)layers)) {
@@ -456,15 +506,15 @@ main(int argc, char **argv)
 	uint64_t region_size = 2 * MiB + 2 * ((slot_bound + 2 * MiB - 1) / (2 * MiB) * (2 * MiB))
 			+ 4 * MiB;
 
-	snprintf(cleanup_path, sizeof(cleanup_path), "%s", keep ? "" : path);
+	snprintf(cleanup_path, sizeof(cleanup_path), "%s", keep || device ? "" : path);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
 	signal(SIGPIPE, on_signal);
 
 	double t0 = tool_now();
-	if ((ret = pma_region_open(path, region_size, PMA_REGION_CREATE, &r)) ||
-	    (ret = pma_pool_create(r, 0, &pool)) ||
+	if ((!device && ((ret = pma_region_open(path, region_size, PMA_REGION_CREATE, &r)) ||
+			 (ret = pma_pool_create(r, 0, &pool)))) ||
 	    (ret = pmck_store_create(pool, STORE, m.d, m.n, &s))) {
 		fprintf(stderr, "pmck-demo: creating the store in %s: %s\n", path, pmck_errormsg());
 		goto out;
@@ -484,7 +534,8 @@ main(int argc, char **argv)
 				"(2 slots + host copy needed)\n", want, dir,
 				(unsigned long long)(fs_free / MiB), (unsigned long long)(mem / MiB));
 	printf("pool %s: %.2f GB (%s, %s granularity), created and prefaulted in %.2f s; "
-			"%lu threads\n", path, (double)pma_region_size(r) / GB, tmpfs ? "tmpfs" : "file",
+			"%lu threads\n", path, (double)pma_region_size(r) / GB,
+			device ? "devdax" : tmpfs ? "tmpfs" : "file",
 			pma_granularity_name(pma_region_granularity(r)), t_create, threads);
 
 	t0 = tool_now();
@@ -687,6 +738,9 @@ out:
 	if (pfd[1] >= 0)
 		close(pfd[1]);
 	pmck_store_close(&s);
+	/* A device keeps its pool; the demo's store goes unless --keep. */
+	if (device && !keep && pool && pmck_store_destroy(pool, STORE) && !rc)
+		fprintf(stderr, "pmck-demo: removing the store from %s: %s\n", path, pmck_errormsg());
 	pma_pool_close(&pool);
 	pma_region_close(&r);
 	if (!keep && cleanup_path[0])

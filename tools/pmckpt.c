@@ -9,8 +9,9 @@
  *   pmckpt verify --file F.safetensors
  *   pmckpt verify --dir DIR
  *   pmckpt export --pool FILE --store NAME --out F.safetensors [--rank R --world-size W]
- *   pmckpt import --pool FILE --store NAME --file F.safetensors [--step N]
+ *   pmckpt import --pool FILE --store NAME --file F.safetensors [--step N] [--size S]
  *   pmckpt clean  --dir DIR --keep K [--dry-run]
+ *   pmckpt create --pool PATH [--size S] [--force]
  *
  * Every subcommand takes --json: one JSON document on stdout with stable
  * field names, sizes in bytes.  Human-readable text otherwise.  Exit status
@@ -47,6 +48,7 @@
 
 #include "pmalloc.h"
 #include "pmckpt.h"
+#include "lib/toolutil.h"
 
 #define MARKER "COMPLETE"
 #define META_SUFFIX ".meta"
@@ -63,11 +65,18 @@ static const char usage_text[] =
 	"  verify --dir DIR                                check every complete step's files\n"
 	"  export --pool FILE --store NAME --out F.safetensors [--rank R] [--world-size W]\n"
 	"                                                  write the recovered checkpoint\n"
-	"  import --pool FILE --store NAME --file F.safetensors [--step N]\n"
+	"  import --pool FILE --store NAME --file F.safetensors [--step N] [--size S]\n"
 	"                                                  load a file as a new checkpoint\n"
+	"                                                  (creates a missing store from the\n"
+	"                                                  file's layout, and the pool on a\n"
+	"                                                  blank device or a new file of S bytes)\n"
 	"  clean  --dir DIR --keep K [--dry-run]           keep the newest K complete steps,\n"
 	"                                                  remove the others and leftovers\n"
 	"                                                  (no copier may write to DIR meanwhile)\n"
+	"  create --pool PATH [--size S] [--force]        a pool on a devdax device, an fsdax\n"
+	"                                                  file or a new file of S bytes (512M,\n"
+	"                                                  8G); refuses a pool, a file system or\n"
+	"                                                  other data there unless --force\n"
 	"\n"
 	"Every command takes --json (output as JSON, sizes in bytes) and -q/--quiet (no\n"
 	"progress on stderr).  Exit status: 0 success, 1 failure, 2 usage error.\n";
@@ -78,8 +87,9 @@ struct opts {
 	const char *cmd;
 	const char *pool, *store, *dir, *file, *out;
 	unsigned long long keep, step, rank, world_size;
-	int have_keep, have_step, have_rank, have_world;
-	int json, verbose, verify, dry_run, quiet;
+	uint64_t size;
+	int have_keep, have_step, have_rank, have_world, have_size;
+	int json, verbose, verify, dry_run, quiet, force;
 };
 
 static int
@@ -987,6 +997,63 @@ out:
 	return ret;
 }
 
+/*
+ * The pool and store an import writes to, made when missing: the pool on a
+ * blank device or a new file of --size bytes (pma_pool_open_or_create
+ * never formats other data), the store with the file's own layout.
+ */
+static int
+import_target(const struct opts *o, struct pool_handle *h, struct pmck_store **s)
+{
+	struct stat st;
+	int made_file = 0, created_pool = 0, ret;
+	char b[32];
+
+	memset(h, 0, sizeof(*h));
+	if (stat(o->pool, &st)) {
+		if (errno != ENOENT || !o->have_size)
+			return fail("%s: %s%s", o->pool, strerror(errno), errno == ENOENT ?
+					" (--size S creates a pool file of S bytes)" : "");
+		ret = pma_region_open(o->pool, o->size, PMA_REGION_CREATE, &h->region);
+		made_file = !ret;
+	} else if (o->have_size) {
+		return usage_error("--size creates a new pool file; %s exists", o->pool);
+	} else {
+		ret = pma_region_open(o->pool, 0, 0, &h->region);
+	}
+	if (!ret)
+		ret = pma_pool_open_or_create(h->region, 0, &h->pool, &created_pool);
+	if (ret) {
+		ret = fail("%s", pma_errormsg());
+		goto undo;
+	}
+	if (created_pool && !o->quiet)
+		fprintf(stderr, "pmckpt: created a pool on %s (%s)\n", o->pool,
+				hsize_b(pma_region_size(h->region), b, sizeof(b)));
+	ret = pmck_store_open(h->pool, o->store, s);
+	if (ret == -ENOENT) {
+		struct pmck_tensor_desc *d;
+		size_t n;
+		if ((ret = pmck_safetensors_layout(o->file, &d, &n)) == 0) {
+			ret = pmck_store_create(h->pool, o->store, d, n, s);
+			free(d);
+		}
+		if (!ret && !o->quiet)
+			fprintf(stderr, "pmckpt: created store '%s' with the layout of %s (%zu "
+					"tensors)\n", o->store, o->file, n);
+	}
+	if (ret) {
+		ret = fail("%s: store '%s': %s", o->pool, o->store, pmck_errormsg());
+		goto undo;
+	}
+	return 0;
+undo:
+	pool_close(h);
+	if (made_file)
+		unlink(o->pool);
+	return ret;
+}
+
 static int
 cmd_import(const struct opts *o)
 {
@@ -997,12 +1064,8 @@ cmd_import(const struct opts *o)
 	char b[32];
 	int ret;
 
-	if ((ret = pool_open(o->pool, 1, &h)))
+	if ((ret = import_target(o, &h, &s)))
 		return ret;
-	if ((ret = store_open(&h, o->pool, o->store, &s))) {
-		pool_close(&h);
-		return ret;
-	}
 	/* The file's own step wins (pmck_safetensors_import); else --step, else newest + 1. */
 	int r = pmck_store_recover(s, &rec);
 	if (r && r != PMCK_E_NO_CHECKPOINT) {
@@ -1193,10 +1256,109 @@ cmd_clean(const struct opts *o)
 	return err[0] ? fail("%s", err) : 0;
 }
 
+/* ---------------------------------------------------------------- create */
+
+static int
+count_stores(const struct pma_alloc_info *info, void *arg)
+{
+	size_t len = strlen(info->name), sl = strlen(META_SUFFIX);
+	if (len > sl && !strcmp(info->name + len - sl, META_SUFFIX))
+		++*(unsigned *)arg;
+	return 0;
+}
+
+/*
+ * A pool where there is none (pmempool create's role): a new file of
+ * --size bytes, or an existing device or file, formatted only if blank
+ * unless --force.
+ */
+static int
+cmd_create(const struct opts *o)
+{
+	struct pool_handle h = {0};
+	struct stat st;
+	int made_file = 0, created = 0, ret;
+	char what[512] = "", b[32];
+
+	if (stat(o->pool, &st) == 0) {
+		if (o->have_size && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != o->size))
+			return usage_error("%s exists (%s): --size only sizes a new file", o->pool,
+					S_ISREG(st.st_mode) ? hsize_b((uint64_t)st.st_size, b, sizeof(b))
+							    : "a device");
+		ret = pma_region_open(o->pool, 0, 0, &h.region);
+	} else if (errno != ENOENT) {
+		return fail("%s: %s", o->pool, strerror(errno));
+	} else if (!strncmp(o->pool, "/dev/", 5) && !strchr(o->pool + 5, '/')) {
+		return fail("%s does not exist: no such device (pmctl provision creates devdax "
+				"namespaces, pmctl list shows them)", o->pool);
+	} else if (!o->have_size) {
+		return usage_error("%s does not exist: --size S creates a file of S bytes", o->pool);
+	} else {
+		ret = pma_region_open(o->pool, o->size, PMA_REGION_CREATE, &h.region);
+		made_file = !ret;
+	}
+	if (ret)
+		return fail("%s", pma_errormsg());
+
+	ret = pma_pool_open_or_create(h.region, 0, &h.pool, &created);
+	if (ret == 0 && !created) {
+		unsigned stores = 0;
+		pma_pool_foreach(h.pool, count_stores, &stores);
+		snprintf(what, sizeof(what), "a pmalloc pool with %u store%s", stores,
+				stores == 1 ? "" : "s");
+		pma_pool_close(&h.pool);
+		ret = PMA_E_NOT_POOL; /* treated like any other content below */
+		if (!o->force) {
+			ret = fail("%s already holds %s; --force formats it, destroying them", o->pool,
+					what);
+			goto out;
+		}
+	} else if (ret) {
+		snprintf(what, sizeof(what), "%s", pma_errormsg());
+		if (!o->force) {
+			ret = fail("%s (--force formats it, destroying what is there)", what);
+			goto out;
+		}
+	}
+	if (ret) { /* --force */
+		if ((ret = pma_pool_create(h.region, 0, &h.pool))) {
+			ret = fail("%s", pma_errormsg());
+			goto out;
+		}
+		if (!o->quiet)
+			fprintf(stderr, "pmckpt: --force: formatted over %s\n", what);
+	}
+	size_t heap = pma_pool_free_bytes(h.pool);
+	const char *kind = pma_region_kind(h.region) == PMA_REGION_DEVDAX ? "devdax" : "file";
+	const char *gran = pma_granularity_name(pma_region_granularity(h.region));
+	if (o->json) {
+		json_object *root = json_object_new_object();
+		json_object_object_add(root, "pool", json_object_new_string(o->pool));
+		json_object_object_add(root, "kind", json_object_new_string(kind));
+		json_object_object_add(root, "granularity", json_object_new_string(gran));
+		json_object_object_add(root, "size", ju64(pma_region_size(h.region)));
+		json_object_object_add(root, "free", ju64(heap));
+		json_object_object_add(root, "new_file", json_object_new_boolean(made_file));
+		if (what[0])
+			json_object_object_add(root, "formatted_over", json_object_new_string(what));
+		print_json(root);
+	} else {
+		printf("created a pool on %s %s: %s, %s granularity, %s free for stores\n", kind,
+				o->pool, hsize_b(pma_region_size(h.region), b, sizeof(b)), gran,
+				hsize(heap, what, sizeof(what)));
+	}
+	ret = 0;
+out:
+	pool_close(&h);
+	if (ret && made_file)
+		unlink(o->pool);
+	return ret;
+}
+
 /* ------------------------------------------------------------------ main */
 
 enum { OPT_POOL = 256, OPT_STORE, OPT_DIR, OPT_FILE, OPT_OUT, OPT_KEEP, OPT_STEP, OPT_RANK,
-	OPT_WORLD, OPT_JSON, OPT_DRY, OPT_VERIFY };
+	OPT_WORLD, OPT_JSON, OPT_DRY, OPT_VERIFY, OPT_SIZE, OPT_FORCE };
 
 int
 main(int argc, char **argv)
@@ -1214,6 +1376,8 @@ main(int argc, char **argv)
 		{"json", no_argument, NULL, OPT_JSON},
 		{"dry-run", no_argument, NULL, OPT_DRY},
 		{"verify", no_argument, NULL, OPT_VERIFY},
+		{"size", required_argument, NULL, OPT_SIZE},
+		{"force", no_argument, NULL, OPT_FORCE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -1230,7 +1394,7 @@ main(int argc, char **argv)
 	}
 	o.cmd = argv[1];
 	if (strcmp(o.cmd, "list") && strcmp(o.cmd, "verify") && strcmp(o.cmd, "export") &&
-	    strcmp(o.cmd, "import") && strcmp(o.cmd, "clean"))
+	    strcmp(o.cmd, "import") && strcmp(o.cmd, "clean") && strcmp(o.cmd, "create"))
 		return usage_error("unknown command '%s'", o.cmd);
 
 	optind = 2;
@@ -1264,6 +1428,13 @@ main(int argc, char **argv)
 						optarg);
 			o.have_world = 1;
 			break;
+		case OPT_SIZE:
+			if (tool_parse_size(optarg, &o.size) || o.size == 0)
+				return usage_error("--size wants a size such as 512M, 8G or 1073741824, "
+						"not '%s'", optarg);
+			o.have_size = 1;
+			break;
+		case OPT_FORCE: o.force = 1; break;
 		case OPT_JSON: o.json = 1; break;
 		case OPT_DRY: o.dry_run = 1; break;
 		case OPT_VERIFY: o.verify = 1; break;
@@ -1279,6 +1450,16 @@ main(int argc, char **argv)
 
 	/* Which options each form takes. */
 	int where = !!o.pool + !!o.dir + !!o.file;
+	if (!strcmp(o.cmd, "create")) {
+		if (!o.pool || o.dir || o.file || o.store || o.out || o.have_keep || o.have_step ||
+		    o.have_rank || o.have_world || o.dry_run || o.verbose || o.verify)
+			return usage_error("create takes --pool PATH [--size S] [--force]");
+		return cmd_create(&o);
+	}
+	if (o.force)
+		return usage_error("--force is an option of create");
+	if (o.have_size && strcmp(o.cmd, "import"))
+		return usage_error("--size is an option of create and import");
 	int extra_export = o.out || o.have_rank || o.have_world;
 	if (!strcmp(o.cmd, "list")) {
 		if (where != 1 || o.file)

@@ -16,11 +16,19 @@
 #               namespace0.0 reconfigured to devdax by provision, again (no
 #               change), store opened by region, commit
 #   labelless2  same DIMM after power-off: recover by region, destroy
+#   user1       an integrator's first run on a fresh labelled DIMM: provision
+#               one namespace over the whole region, pmckpt create on its
+#               devdax, the C demo on it, pmckpt import of a safetensors file
+#   user2       same DIMM after power-off: pmckpt verify, and pmckpt export
+#               gives back the imported file bit for bit
 #   probe       nothing: proves the VM boots (KVM probe)
 PHASE=${1:-probe}
 P=/pmckpt
 PMCTL=$P/pmctl
 STORE=$P/pmctl_store
+PMCKPT=$P/pmckpt
+DEMO=$P/pmck-demo
+REF=$P/ref.safetensors  # made on the host by tests/vm/run.sh
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 # Sanitizer builds: a known leak inside libndctl (see lsan.supp).
 export LSAN_OPTIONS=suppressions=$P/lsan.supp
@@ -206,6 +214,51 @@ labelless2)
 	check "reconfigure namespace0.0 back to devdax" $PMCTL reconfigure namespace0.0
 	check "reconfigure again (no change)" $PMCTL reconfigure namespace0.0
 	has "nothing to do" /tmp/out 'nothing to do'
+	;;
+user1)
+	check "provision ckpt0 over the whole region" \
+		$PMCTL provision --ns "ckpt0 size=all align=2M" --init-labels
+	check "provision again" $PMCTL provision --ns "ckpt0 size=all align=2M" --init-labels
+	has "the second run says nothing to do" /tmp/out 'nothing to do'
+	check "pmctl path ckpt0" $PMCTL path ckpt0
+	dev=$(cat /tmp/out)
+	has "ckpt0 resolves to a dax device" /tmp/out '^/dev/dax[0-9]+\.[0-9]+$'
+	refuse "before pmckpt create, pmckpt list finds no pool on the device" \
+		"no pool header" $PMCKPT list --pool "$dev"
+	check "pmck-demo on the blank device" $DEMO --path "$dev" --vocab 1000 --layers 0 \
+		--steps 5 --every 5 --threads 2
+	has "the demo formatted the blank device" /tmp/out '^formatted a pool on the blank device'
+	has "and recovered bit-exact" /tmp/out '^PASS: '
+	refuse "pmckpt create refuses the pool the demo left" "already holds a pmalloc pool with 0" \
+		$PMCKPT create --pool "$dev"
+	check "pmckpt create --force formats it" $PMCKPT create --pool "$dev" --force --json
+	has "a devdax pool" /tmp/out '"kind": "devdax"'
+	refuse "pmckpt create again is refused (already a pool)" "already holds" \
+		$PMCKPT create --pool "$dev"
+	check "pmck-demo on the device" $DEMO --path "$dev" --vocab 1000 --layers 1 --steps 10 \
+		--every 5 --threads 2
+	has "the demo recovered bit-exact" /tmp/out '^PASS: '
+	has "the demo used the devdax pool" /tmp/out 'devdax'
+	check "pmckpt import of a safetensors file" $PMCKPT import --pool "$dev" --store imported \
+		--file $REF
+	has "the import created the store from the file's layout" /tmp/out 'created store'
+	check "pmckpt list --pool" $PMCKPT list --pool "$dev" --json
+	has "the imported store is listed" /tmp/out '"imported"'
+	hasnt "the demo's store was removed" /tmp/out '"demo"'
+	;;
+user2)
+	check "pmctl path ckpt0 after power-off" $PMCTL path ckpt0
+	dev=$(cat /tmp/out)
+	check "pmckpt verify after power-off" $PMCKPT verify --pool "$dev" --store imported
+	check "pmckpt export" $PMCKPT export --pool "$dev" --store imported --out /tmp/back.safetensors
+	if cmp /tmp/back.safetensors $REF >/tmp/out 2>&1; then
+		ok "the export is bit-exact to the imported file"
+	else
+		nok "the export is bit-exact to the imported file"
+		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
+	fi
+	refuse "pmckpt create on the device holding the pool is refused" "already holds" \
+		$PMCKPT create --pool "$dev"
 	;;
 *)
 	nok "unknown phase '$PHASE'"

@@ -4,8 +4,8 @@
 #
 #   BUILD=build tests/vm/run.sh
 #
-# Four boots on two DIMMs (each a sparse 1 GiB backing file, so state
-# survives power-off): with label storage (label-size=128K) and without.
+# Six boots on three DIMMs (each a sparse 1 GiB backing file, so state
+# survives power-off): two with label storage (label-size=128K), one without.
 # See guest.sh for what each boot does.  Consoles are kept in $BUILD/vm/.
 #
 # Environment:
@@ -55,7 +55,7 @@ finish() {
 	exit 0
 }
 
-for t in pmctl tests/pmctl_store; do
+for t in pmctl pmckpt pmck-demo tests/pmctl_store; do
 	[ -x "$B/$t" ] || skip "$B/$t is not built (make BUILD=$B tests)"
 done
 
@@ -81,13 +81,42 @@ root="$WORK/root"
 mkdir -p "$root/pmckpt"
 cp "$HERE/init" "$root/init"
 cp "$HERE/guest.sh" "$HERE/lsan.supp" "$root/pmckpt/"
-cp "$B/pmctl" "$B/tests/pmctl_store" "$root/pmckpt/"
-for bin in "$B/pmctl" "$B/tests/pmctl_store"; do
+cp "$B/pmctl" "$B/pmckpt" "$B/pmck-demo" "$B/tests/pmctl_store" "$root/pmckpt/"
+for bin in "$B/pmctl" "$B/pmckpt" "$B/pmck-demo" "$B/tests/pmctl_store"; do
 	ldd "$bin" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p'
 done | sort -u | while read -r lib; do
 	mkdir -p "$root$(dirname "$lib")"
 	cp -L "$lib" "$root$lib"
 done
+# The file the user phases import: 6 MiB of seeded tensors (a plain safetensors
+# file), imported into a pool here and exported, so it is in pmckpt's format.
+python3 - "$WORK/plain.safetensors" <<'PYEOF' || skip "python3 cannot write the reference file"
+import json, random, struct, sys
+rng = random.Random(20261123)
+spec = [("embed", "F32", [512, 1024]), ("block.0.w", "BF16", [1024, 1024]),
+        ("block.0.b", "F32", [1024]), ("step", "I64", [])]
+size = {"F32": 4, "BF16": 2, "I64": 8}
+header, blobs, off = {}, [], 0
+for name, dt, shape in spec:
+    n = size[dt]
+    for d in shape:
+        n *= d
+    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+    blobs.append(rng.randbytes(n))
+    off += n
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PYEOF
+"$B/pmckpt" import -q --pool "$WORK/ref.pool" --size 32M --store ref --file "$WORK/plain.safetensors" \
+	--step 42 >/dev/null && "$B/pmckpt" export -q --pool "$WORK/ref.pool" --store ref \
+	--out "$root/pmckpt/ref.safetensors" >/dev/null || {
+	echo "1..1"
+	echo "not ok 1 - make the reference file with pmckpt import and export on the host"
+	exit 1
+}
+rm -f "$WORK/ref.pool"
 chmod 755 "$root/init"
 (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) | gzip -1 >"$WORK/tools.cpio.gz"
 cat "$BASE" "$WORK/tools.cpio.gz" >"$WORK/initrd"
@@ -147,12 +176,13 @@ if [ "$ACCEL" = auto ]; then
 	fi
 fi
 
-truncate -s 1G "$WORK/labels.img" "$WORK/labelless.img"
+truncate -s 1G "$WORK/labels.img" "$WORK/labelless.img" "$WORK/user.img"
 CAP=150 # seconds one boot may take at most; a guest that takes longer hangs
 first=1
 budget_out=""
 for spec in "labels1 labels.img 1" "labels2 labels.img 1" \
-		"labelless1 labelless.img 0" "labelless2 labelless.img 0"; do
+		"labelless1 labelless.img 0" "labelless2 labelless.img 0" \
+		"user1 user.img 1" "user2 user.img 1"; do
 	set -- $spec
 	t=$(left)
 	[ "$t" -gt "$CAP" ] && t=$CAP

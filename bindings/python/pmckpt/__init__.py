@@ -10,7 +10,8 @@ pmckpt.dcp has a StorageWriter/StorageReader pair for torch.distributed.checkpoi
 See docs/python.md.
 """
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
-                     UnsupportedObjectError, MetadataTooLargeError, BusyError)
+                     UnsupportedObjectError, MetadataTooLargeError, BusyError,
+                     NotAPoolError, TruncatedError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -32,5 +33,6 @@ def gpu_unavailable_reason(device=0):
 
 __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
+           "NotAPoolError", "TruncatedError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

@@ -74,12 +74,13 @@ class PipelineStats(Structure):
 
 class LocalOpts(Structure):
     _fields_ = [("pm_path", c_char_p), ("ramdisk_dir", c_char_p), ("store_name", c_char_p),
-                ("descs", POINTER(TensorDesc)), ("ndescs", c_size_t)]
+                ("descs", POINTER(TensorDesc)), ("ndescs", c_size_t), ("pm_size", c_uint64)]
 
 
 class Local(Structure):
     _fields_ = [("region", c_void_p), ("pool", c_void_p), ("store", c_void_p),
-                ("backend", c_int), ("path", c_char * 4096), ("description", c_char * 4608)]
+                ("backend", c_int), ("path", c_char * 4096), ("description", c_char * 4608),
+                ("created", c_int)]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64, c_uint64)

@@ -39,6 +39,15 @@ class CorruptError(Error):
     """Store, pool or file fails its checks (PMCK_E_CORRUPT, PMA_E_CORRUPT, ...)."""
 
 
+class NotAPoolError(CorruptError):
+    """The device or file holds no pool but other data (PMA_E_NOT_POOL): it is
+    never formatted behind the caller's back (pmckpt create --force does)."""
+
+
+class TruncatedError(CorruptError):
+    """The file is smaller than the pool it holds (PMA_E_TRUNCATED)."""
+
+
 class VersionError(Error):
     """Written by an unsupported version (PMCK_E_VERSION, PMA_E_VERSION)."""
 
@@ -61,8 +70,8 @@ _BY_CODE = {
     PMCK_E_LAYOUT: LayoutError,
     PMCK_E_CORRUPT: CorruptError,
     PMA_E_CORRUPT: CorruptError,
-    PMA_E_TRUNCATED: CorruptError,
-    PMA_E_NOT_POOL: CorruptError,
+    PMA_E_TRUNCATED: TruncatedError,
+    PMA_E_NOT_POOL: NotAPoolError,
     PMCK_E_VERSION: VersionError,
     PMA_E_VERSION: VersionError,
     -_errno.EBUSY: BusyError,

@@ -149,7 +149,11 @@ class Store:
 
     Store(path) puts it on persistent memory: a devdax device, a file on an
     fsdax file system, or a devdax namespace name ("ckpt0", resolved with
-    libpmalloc's pma_ns_dax_path).  Store() or Store(ramdisk=DIR) puts it in
+    libpmalloc's pma_ns_dax_path).  A missing file is created at the first
+    save, of `size` bytes (e.g. 8 << 30), or, without size, sized for two
+    slots of the first state_dict as the ramdisk file is.  A blank device is
+    formatted; one holding other data or a damaged pool is refused
+    (pmckpt create --force, pmckpt check).  Store() or Store(ramdisk=DIR) puts it in
     a file DIR/pmckpt-NAME.pool (DIR defaults to /dev/shm) with the same
     two-slot protocol.  shared_dir: each committed checkpoint is also copied,
     in the background, to SHARED_DIR/step-N/rank-R.safetensors, keeping the
@@ -171,7 +175,7 @@ class Store:
 
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
-                 gpu_source="direct", group=None):
+                 gpu_source="direct", group=None, size=None):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -181,6 +185,10 @@ class Store:
             raise ValueError(f"gpu_source must be one of {sorted(_GPU_SOURCES)}")
         if path is not None and ramdisk not in (None, False):
             raise ValueError("give either path (PM) or ramdisk, not both")
+        if size is not None and (path is None or int(size) <= 0):
+            raise ValueError("size is the size of a new file at path: give a path and a "
+                             "positive number of bytes")
+        self.size = int(size) if size is not None else 0
         self.name = name
         self.path = os.fspath(path) if path is not None else None
         self._resolved = None
@@ -321,7 +329,7 @@ class Store:
             pm = self._pm_path()
             opts = _lib.LocalOpts(pm.encode() if pm else None,
                                   self.ramdisk_dir.encode() if self.ramdisk_dir else None,
-                                  self.name.encode(), descs, len(layout.rows))
+                                  self.name.encode(), descs, len(layout.rows), self.size)
             local = _lib.Local()
             check(lib.pmck_local_open(byref(opts), byref(local)), f"store '{self.name}'")
             self._h = _Handles(c_void_p(local.region), c_void_p(local.pool), c_void_p(local.store),

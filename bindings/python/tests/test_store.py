@@ -484,6 +484,36 @@ def test_pm_path():
         return same(st, s.load())
 
 
+def test_pm_path_created():
+    """Store(path, size=...) creates a missing file of that size; without size the file is
+    sized from the first state_dict; a file holding other data is refused, untouched."""
+    st = {"w": torch.arange(4096, dtype=torch.float32), "step": 3}
+    sized = os.path.join(D, "sub-new.pm")
+    with pmckpt.Store(sized, name="pm", size=48 << 20) as s:
+        s.save(st, 1)
+    if os.path.getsize(sized) != 48 << 20:
+        return f"size= gave a file of {os.path.getsize(sized)} bytes"
+    auto = os.path.join(D, "auto-new.pm")
+    with pmckpt.Store(auto, name="pm") as s:
+        s.save(st, 1)
+    T.diag(f"sized from the state_dict: {os.path.getsize(auto)} bytes")
+    for p in (sized, auto):
+        with pmckpt.Store(p, name="pm") as s:
+            r = same(st, s.load())
+            if r:
+                return f"{p}: {r}"
+    T.raises("size without a path: ValueError", ValueError, lambda: pmckpt.Store(size=1 << 20))
+    junk = os.path.join(D, "junk.pm")
+    with open(junk, "wb") as f:
+        f.write(os.urandom(4 << 20))
+    before = open(junk, "rb").read()
+    with pmckpt.Store(junk, name="pm") as s:
+        T.raises("a file holding other data is refused, naming why", pmckpt.NotAPoolError, s.save,
+                 st, 1, match="refusing to format")
+    if open(junk, "rb").read() != before:
+        return "the refused file was changed"
+
+
 def test_namespace_name():
     """A name that is no path is a devdax namespace name, resolved by libpmalloc."""
     with pmckpt.Store("ckpt-none", name="ns") as s:
@@ -541,6 +571,7 @@ T.run("a ramdisk file left by an interrupted creation is no store", test_interru
 T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
+T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("Store(namespace name) without such a namespace: Error naming it", test_namespace_name)
 T.run("pip install ./bindings/python", test_pip_install)
 T.done()
