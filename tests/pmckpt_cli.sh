@@ -115,12 +115,12 @@ check "list of a missing pool file: exit 1 with the path" 'failed_with "missing.
 run "$PM" list --dir "$D"
 check "list --dir: 3 steps, all complete, rank files with sizes" \
 	'test $rc = 0 && out_has "3 steps (3 complete)" && out_has "^step 2: complete" &&
-	 out_has "rank-00000.safetensors *1740581 bytes"'
+	 out_has "rank-00000.safetensors *1741013 bytes"'
 run "$PM" list --dir "$D" --json
 check "list --dir --json: steps 1..3 complete, rank 0 file of each, sizes" \
 	"test \$rc = 0 && json_ok \"[s['step'] for s in d['steps']] == [1, 2, 3] and
 	 all(s['complete'] and s['world_size'] == 1 for s in d['steps']) and
-	 all([f['bytes'] for f in s['files'] if f['rank'] == 0] == [1740581] for s in d['steps']) and
+	 all([f['bytes'] for f in s['files'] if f['rank'] == 0] == [1741013] for s in d['steps']) and
 	 d['bytes'] == sum(s['bytes'] for s in d['steps'])\""
 run "$PM" list --dir "$T/nodir"
 check "list --dir of a missing directory: exit 1" 'failed_with "nodir"'
@@ -142,13 +142,13 @@ check "verify --json of an empty store: exit 1, JSON with ok false and the error
 run "$PM" export --pool "$P" --store model --out "$T/x.safetensors"
 check "export: exit 0, progress with bytes and GB/s on stderr" \
 	'test $rc = 0 && out_has "exported step 3" && err_has "exporting step 3 .*1738501 bytes" &&
-	 err_has "wrote 1740581 bytes in .* GB/s"'
+	 err_has "wrote 1741013 bytes in .* GB/s"'
 run python3 "$R" check "$T/x.safetensors" "$T/expect-3.json" 3 0 1
 check "the exported file read back by Python: step 3, bit-exact" 'test $rc = 0'
 run "$PM" export --pool "$P" --store model --out "$T/x2.safetensors" --rank 1 --world-size 2 --json -q
 check "export --json -q: file, step, rank, bytes; nothing on stderr" \
 	"test \$rc = 0 && test ! -s \"\$E\" && json_ok \"d['step'] == 3 and d['rank'] == 1 and
-	 d['world_size'] == 2 and d['bytes'] == 1740581 and d['file'].endswith('x2.safetensors')\""
+	 d['world_size'] == 2 and d['bytes'] == 1741013 and d['file'].endswith('x2.safetensors')\""
 run "$PM" export --pool "$P" --store opt --out "$T/y.safetensors"
 check "export of an empty store: exit 1, no file" \
 	'failed_with "no complete checkpoint" && test ! -e "$T/y.safetensors"'
@@ -234,7 +234,7 @@ check "clean --dry-run: says what it would remove, removes nothing" \
 run "$PM" clean --dir "$D" --keep 2 --json
 check "clean --keep 2 --json: keeps steps 3, 2; removes incomplete 7, 0, complete 1 and a *.tmp in 3" \
 	"test \$rc = 0 && json_ok \"d['kept'] == [3, 2] and [s['step'] for s in d['removed']] == [7, 1, 0]
-	 and [s['complete'] for s in d['removed']] == [False, True, False] and d['freed_bytes'] > 1740581
+	 and [s['complete'] for s in d['removed']] == [False, True, False] and d['freed_bytes'] > 1741013
 	 and [f['file'].split('/')[-2:] for f in d['removed_files']] ==
 	     [['step-000000000003', 'rank-00000.safetensors.tmp']]\""
 check "clean: step 3 holds COMPLETE and its rank file only" \
@@ -278,6 +278,43 @@ run "$PM" clean --dir "$D" --keep x
 check "clean --keep x: exit 2" usage_error
 run "$PM" export --pool "$P" --store model --out "$T/z" --rank 2 --world-size 2
 check "export --rank 2 --world-size 2: exit 2" usage_error
+# create: a pool where there is none, never over something else unless --force.
+C="$T/created.pool"
+run "$PM" create --pool "$C"
+check "create of a missing file without --size: exit 2" 'usage_error && err_has "size"'
+run "$PM" create --pool "$C" --size 1.5x
+check "create --size 1.5x: exit 2" 'usage_error && err_has "512M"'
+run "$PM" create --pool "$C" --size 40M --json
+check "create --size 40M --json: a 40 MiB file pool" \
+	'test $rc = 0 && json_ok "d[\"size\"] == 40 << 20 and d[\"new_file\"] and d[\"kind\"] == \"file\""'
+run "$PM" create --pool "$C"
+check "create over a pool: refused, names it" 'failed_with "already holds a pmalloc pool with 0 stores"'
+run "$PM" create --pool "$C" --size 41M
+check "create --size on an existing file of another size: exit 2" usage_error
+run "$PM" create --pool "$P"
+check "create over the pool holding model and opt: refused" 'failed_with "2 stores"'
+run "$PM" list --pool "$P" --json
+check "and the stores are still there" 'test $rc = 0 && json_ok "len(d[\"stores\"]) == 2"'
+head -c 3000000 /dev/urandom >"$T/junk"
+cp "$T/junk" "$T/junk.orig"
+run "$PM" create --pool "$T/junk"
+check "create over other data: refused" 'failed_with "holds other data"'
+check "and the data is untouched" 'cmp -s "$T/junk" "$T/junk.orig"'
+run "$PM" create --pool "$T/junk" --force
+check "create --force formats it, saying what was there" \
+	'test $rc = 0 && err_has "formatted over what was there (.*holds other data"'
+run "$PM" import --pool "$T/new.pool" --store m --file "$D/step-000000000003/rank-00000.safetensors"
+check "import into a missing pool without --size: refused, pointing at --size" 'failed_with "--size"'
+run "$PM" import --pool "$T/new.pool" --size 64M --store m \
+	--file "$D/step-000000000003/rank-00000.safetensors"
+check "import --size 64M creates pool and store" 'test $rc = 0 && err_has "created store .m."'
+run "$PM" export --pool "$T/new.pool" --store m --out "$T/back.safetensors"
+check "export of the imported store is bit-exact to the file" \
+	'test $rc = 0 && cmp -s "$T/back.safetensors" "$D/step-000000000003/rank-00000.safetensors"'
+run "$PM" import --pool "$T/junk.orig" --store m --file "$D/step-000000000003/rank-00000.safetensors"
+check "import into a file holding other data: refused" 'failed_with "refusing to format"'
+check "and the file is untouched" 'test "$(head -c 3000000 "$T/junk" | wc -c)" = 3000000'
+
 run "$PM" --help
 check "--help: exit 0, usage on stdout" 'test $rc = 0 && out_has "^usage: pmckpt" && test ! -s "$E"'
 

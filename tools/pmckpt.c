@@ -1316,7 +1316,8 @@ cmd_create(const struct opts *o)
 	} else if (ret) {
 		snprintf(what, sizeof(what), "%s", pma_errormsg());
 		if (!o->force) {
-			ret = fail("%s (--force formats it, destroying what is there)", what);
+			ret = fail(strstr(what, "--force") ? "%s" : "%s (--force formats it, destroying "
+					"what is there)", what);
 			goto out;
 		}
 	}
@@ -1326,7 +1327,7 @@ cmd_create(const struct opts *o)
 			goto out;
 		}
 		if (!o->quiet)
-			fprintf(stderr, "pmckpt: --force: formatted over %s\n", what);
+			fprintf(stderr, "pmckpt: --force: formatted over what was there (%s)\n", what);
 	}
 	size_t heap = pma_pool_free_bytes(h.pool);
 	const char *kind = pma_region_kind(h.region) == PMA_REGION_DEVDAX ? "devdax" : "file";
