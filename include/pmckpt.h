@@ -296,9 +296,24 @@ enum pmck_source {
 	PMCK_SOURCE_GPU_SNAPSHOT, /* G: copy into spare GPU memory, then drain to PM (DMA) */
 };
 
+/*
+ * What a pipeline reports after each checkpoint it finished (see
+ * on_commit): the step, and 0 if it committed or the negative code of the
+ * failure (the pipeline's error, also returned by the next begin).
+ */
+typedef void (*pmck_commit_fn)(void *arg, uint64_t step, int result);
+
+/* The numa_node of a pipeline pinned to node n (0 means the default). */
+#define PMCK_NUMA_NODE(n) ((int)(n) + 1)
+
+/* Options of pmck_pipeline_new; a zero-filled struct means every default. */
 struct pmck_pipeline_opts {
 	unsigned threads;     /* writer threads; 0: 2 */
-	int numa_node;        /* node for the writers; -1: the region's node */
+	/*
+	 * Node the writers run on: 0 (or -1, the older spelling) the region's
+	 * node; PMCK_NUMA_NODE(n) node n.
+	 */
+	int numa_node;
 	enum pmck_busy_policy on_busy;
 	enum pmck_source source;
 	int cuda_device;      /* GPU sources: the CUDA device of the sources */
@@ -312,6 +327,16 @@ struct pmck_pipeline_opts {
 	 * different steps could not agree.
 	 */
 	struct pmck_global *global;
+	/*
+	 * If set, called on the writer thread that finished each checkpoint,
+	 * right after its commit (or failure) and its copy-out submission,
+	 * before a waiting begin or wait_layer is woken: a training loop
+	 * learns of each durable step without polling pmck_pipeline_stats.
+	 * It must return quickly and must not call pmck_pipeline_* on this
+	 * pipeline (it may write to an eventfd, signal a condition, log).
+	 */
+	pmck_commit_fn on_commit;
+	void *on_commit_arg;
 };
 
 #define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */

@@ -222,6 +222,9 @@ finish_locked(struct pmck_pipeline *p)
 		if (gret && !ret)
 			ret = gret;
 	}
+	/* Before anyone waiting in begin is woken: the callback sees steps in order. */
+	if (p->opts.on_commit)
+		p->opts.on_commit(p->opts.on_commit_arg, step, ret);
 	pthread_mutex_lock(&p->lock);
 	if (ret && !p->error)
 		snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
@@ -306,7 +309,7 @@ int
 pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out)
 {
-	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1};
+	struct pmck_pipeline_opts o = {.threads = 2};
 	int ret;
 
 	if (!s || !out)
@@ -323,8 +326,9 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 	if (o.global && o.on_busy == PMCK_BUSY_SKIP)
 		return pma__err(-EINVAL, "a global pipeline cannot skip busy checkpoints: ranks would "
 				"skip different steps and never agree (use PMCK_BUSY_WAIT)");
-	if (o.numa_node < 0)
-		o.numa_node = pma_region_numa_node(pmck_store_region(s));
+	/* 0 (or the older -1): the region's node; PMCK_NUMA_NODE(n) is n + 1. */
+	o.numa_node = o.numa_node <= 0 ? pma_region_numa_node(pmck_store_region(s))
+				       : o.numa_node - 1;
 
 	struct pmck_pipeline *p = calloc(1, sizeof(*p));
 	if (!p)

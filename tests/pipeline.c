@@ -5,6 +5,7 @@
  * at random moments still recovers a complete checkpoint.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -71,6 +72,27 @@ slot_holds(struct pma_pool *pool, size_t i, uint64_t step, struct pmck_store *s)
 	       !memcmp((char *)data[1] + ti.offset, src[i], nbytes[i]);
 }
 
+/* What the pipeline's on_commit callback saw. */
+struct commits {
+	uint64_t step[16];
+	int result[16];
+	unsigned n;
+	int other_thread; /* it ran on a writer, not on the caller */
+	pthread_t caller;
+};
+
+static void
+on_commit(void *arg, uint64_t step, int result)
+{
+	struct commits *c = arg;
+	if (c->n < 16) {
+		c->step[c->n] = step;
+		c->result[c->n] = result;
+	}
+	c->n++;
+	c->other_thread &= !pthread_equal(pthread_self(), c->caller);
+}
+
 static void
 test_ordering(const char *path)
 {
@@ -82,8 +104,10 @@ test_ordering(const char *path)
 
 	unlink(path);
 	open_test_store(path, 1, &r, &pool, &s);
-	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1};
-	is_int(pmck_pipeline_new(s, &o, &p), 0, "pipeline with 2 writers");
+	/* Zero is the default everywhere: 2 writers on the region's node. */
+	struct commits seen = {.other_thread = 1, .caller = pthread_self()};
+	struct pmck_pipeline_opts o = {.on_commit = on_commit, .on_commit_arg = &seen};
+	is_int(pmck_pipeline_new(s, &o, &p), 0, "pipeline from zero-filled opts (and a callback)");
 	is_int(pmck_pipeline_put_layer(p, 0, (const void *const *)src), -EINVAL,
 			"put_layer before begin is refused");
 
@@ -116,6 +140,9 @@ test_ordering(const char *path)
 	pmck_pipeline_stats(p, &st);
 	is_int(st.committed, 4, "4 commits counted");
 	is_int(st.last_step, 4, "last step 4");
+	ok(seen.n == 4 && seen.step[0] == 1 && seen.step[3] == 4 && !seen.result[0] &&
+	   !seen.result[3] && seen.other_thread,
+	   "on_commit reported steps 1..4, result 0, on a writer thread (%u calls)", seen.n);
 	pmck_pipeline_delete(&p);
 	ok(p == NULL, "delete clears the pointer");
 
@@ -138,7 +165,7 @@ test_backpressure(const char *path, enum pmck_busy_policy policy)
 	unlink(path);
 	open_test_store(path, 1, &r, &pool, &s);
 	/* One writer makes the first checkpoint take long enough to still be in flight. */
-	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .on_busy = policy};
+	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = PMCK_NUMA_NODE(0), .on_busy = policy};
 	pmck_pipeline_new(s, &o, &p);
 	pmck_pipeline_begin(p, 1);
 	for (unsigned l = 0; l < LAYERS; l++)

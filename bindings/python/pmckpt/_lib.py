@@ -64,7 +64,7 @@ class Recovery(Structure):
 class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
                 ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
-                ("global_", c_void_p)]
+                ("global_", c_void_p), ("on_commit", c_void_p), ("on_commit_arg", c_void_p)]
 
 
 class PipelineStats(Structure):
