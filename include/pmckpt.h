@@ -47,6 +47,7 @@ extern "C" {
 #define PMCK_E_LAYOUT        (-100102) /* store exists with another layout */
 #define PMCK_E_CORRUPT       (-100103) /* store metadata fails its checks */
 #define PMCK_E_VERSION       (-100104) /* store of an unsupported version */
+#define PMCK_E_SOURCE_CHANGED (-100120) /* a source changed while it was written (torn) */
 
 /* pmck_errormsg -- same buffer as pma_errormsg(): the calling thread's last failure. */
 const char *pmck_errormsg(void);
@@ -337,7 +338,23 @@ struct pmck_pipeline_opts {
 	 */
 	pmck_commit_fn on_commit;
 	void *on_commit_arg;
+	unsigned flags;       /* PMCK_PIPELINE_* below; 0: none */
 };
+
+/*
+ * Flag of pmck_pipeline_opts: after every piece of a layer is copied,
+ * the writers hash the layer's sources again and compare them with what
+ * was written, before wait_layer returns.  A source changed meanwhile (a
+ * tensor updated without waiting for its layer) fails the checkpoint with
+ * PMCK_E_SOURCE_CHANGED naming the tensor: it is not committed, and the
+ * previous one stays the newest.  It catches every change made to a piece
+ * after it was copied and before the layer was verified; a change made
+ * before a piece was copied is caught only if that piece changes again.
+ * Host sources only (GPU sources are not re-read).  It reads every source
+ * byte twice: its cost is measured by pmck-pipebench
+ * (ratio: verify_sources_time_vs_plain), hence off by default.
+ */
+#define PMCK_PIPELINE_VERIFY_SOURCES (1u << 0)
 
 #define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */
 

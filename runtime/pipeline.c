@@ -8,6 +8,11 @@
  * layer's pending count reaches zero only after its bytes are durable.
  * The writer that finishes the last piece of the last layer commits.
  *
+ * With PMCK_PIPELINE_VERIFY_SOURCES, the writer that finishes a layer's
+ * last copy queues one verify job per piece of the layer at the front of
+ * the queue; the layer is done (wait_layer returns) once they have
+ * compared each piece's source with the chunk hashes of what was copied.
+ *
  * Lock order: p->lock only; store calls run outside it except begin.
  */
 #include <errno.h>
@@ -30,6 +35,7 @@ struct job {
 	uint32_t layer; /* dense index */
 	uint64_t off, len;
 	const void *src; /* bytes [off, off+len) of the tensor start here */
+	int verify;      /* compare the source with what was copied, do not copy */
 };
 
 struct pmck_pipeline {
@@ -49,8 +55,13 @@ struct pmck_pipeline {
 	uint32_t *layer_id;      /* sorted distinct layer numbers */
 	uint32_t *tensor_layer;  /* tensor -> dense layer index */
 
-	struct job *queue;       /* ring of qcap jobs: one checkpoint at most */
+	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
+	int verify;              /* PMCK_PIPELINE_VERIFY_SOURCES on host sources */
+	struct job *vjobs;       /* this checkpoint's copy jobs in put order, to verify */
+	size_t nvjobs;
+	size_t *layer_vfirst;    /* layer's jobs: vjobs[layer_vfirst[l] ..] */
+	uint64_t *layer_copies;  /* copy jobs queued or running per layer */
 
 	struct pmck_ckpt *ckpt;
 	int active;              /* begun and neither committed nor failed */
@@ -102,6 +113,31 @@ is_gpu(const struct pmck_pipeline *p)
 	return p->opts.source != PMCK_SOURCE_HOST;
 }
 
+/*
+ * Hashes a piece's source again, chunk by chunk as the copy did, and
+ * compares with the hashes of what was copied (the commit's checksums are
+ * made from them).  Runs on a writer thread after the layer's last copy.
+ */
+static int
+verify_piece(struct pmck_pipeline *p, const struct job *j)
+{
+	struct pmck_store *s = p->store;
+	const uint64_t *hash = &s->chunk_hash[s->chunk_first[j->tensor]];
+
+	for (uint64_t pos = 0; pos < j->len; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = j->len - pos < PMCK_HASH_CHUNK ? j->len - pos : PMCK_HASH_CHUNK;
+		if (pmck__hash((const char *)j->src + pos, n) != hash[(j->off + pos) / PMCK_HASH_CHUNK])
+			return pma__err(PMCK_E_SOURCE_CHANGED, "tensor '%s' changed while its "
+					"checkpoint was written (bytes %llu..%llu differ from what "
+					"was copied): step %llu is not committed; update a tensor "
+					"only after wait_layer of its layer", s->tmap[j->tensor].name,
+					(unsigned long long)(j->off + pos),
+					(unsigned long long)(j->off + pos + n),
+					(unsigned long long)pmck_ckpt_step(p->ckpt));
+	}
+	return 0;
+}
+
 /* Copies one piece into the slot and makes it durable; runs on a writer thread. */
 static int
 run_job(struct pmck_pipeline *p, const struct job *j, unsigned self)
@@ -111,6 +147,8 @@ run_job(struct pmck_pipeline *p, const struct job *j, unsigned self)
 	char *dst = (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
 	int ret = 0;
 
+	if (j->verify)
+		return verify_piece(p, j);
 	switch (p->opts.source) {
 	case PMCK_SOURCE_HOST:
 		ret = pmck_ckpt_write_range(c, j->tensor, j->off, j->src, j->len);
@@ -139,6 +177,7 @@ run_job(struct pmck_pipeline *p, const struct job *j, unsigned self)
 }
 
 static void finish_locked(struct pmck_pipeline *p);
+static void queue_verify_locked(struct pmck_pipeline *p, uint32_t layer);
 
 static void *
 writer(void *arg)
@@ -182,6 +221,8 @@ writer(void *arg)
 			p->error = ret;
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
 		}
+		if (p->verify && !j.verify && --p->layer_copies[j.layer] == 0)
+			queue_verify_locked(p, j.layer);
 		p->outstanding--;
 		if (--p->layer_pending[j.layer] == 0)
 			pthread_cond_broadcast(&p->done);
@@ -284,6 +325,14 @@ index_layers(struct pmck_pipeline *p)
 		pmck_store_tensor(p->store, i, &ti);
 		p->tensor_layer[i] = (uint32_t)layer_index(p, ti.layer);
 	}
+	if (p->verify) {
+		p->vjobs = malloc(p->qcap * sizeof(*p->vjobs));
+		p->layer_vfirst = calloc(p->nlayers, sizeof(*p->layer_vfirst));
+		p->layer_copies = calloc(p->nlayers, sizeof(*p->layer_copies));
+		if (!p->vjobs || !p->layer_vfirst || !p->layer_copies)
+			return pma__err(-ENOMEM, "out of memory");
+		p->qcap *= 2; /* a layer's verify jobs may be queued beside every copy job */
+	}
 	p->queue = malloc(p->qcap * sizeof(*p->queue));
 	p->layer_put = calloc(p->nlayers, 1);
 	p->layer_pending = calloc(p->nlayers, sizeof(*p->layer_pending));
@@ -323,6 +372,8 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		return pma__err(-EINVAL, "%u writer threads: at most %d", o.threads, MAX_THREADS);
 	if ((unsigned)o.on_busy > PMCK_BUSY_SKIP || (unsigned)o.source > PMCK_SOURCE_GPU_SNAPSHOT)
 		return pma__err(-EINVAL, "unknown busy policy or source");
+	if (o.flags & ~PMCK_PIPELINE_VERIFY_SOURCES)
+		return pma__err(-EINVAL, "unknown pipeline flags %#x", o.flags);
 	if (o.global && o.on_busy == PMCK_BUSY_SKIP)
 		return pma__err(-EINVAL, "a global pipeline cannot skip busy checkpoints: ranks would "
 				"skip different steps and never agree (use PMCK_BUSY_WAIT)");
@@ -336,6 +387,7 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 	p->store = s;
 	p->opts = o;
 	p->nthreads = o.threads;
+	p->verify = (o.flags & PMCK_PIPELINE_VERIFY_SOURCES) && o.source == PMCK_SOURCE_HOST;
 	p->cpus = node_cpus(o.numa_node);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work, NULL);
@@ -399,6 +451,7 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 		goto out;
 	memset(p->layer_put, 0, p->nlayers);
 	p->layers_put = 0;
+	p->nvjobs = 0;
 	p->outstanding = 0;
 	p->error = 0;
 	p->active = 1;
@@ -414,6 +467,34 @@ push_locked(struct pmck_pipeline *p, struct job j)
 	p->qlen++;
 	p->layer_pending[j.layer]++;
 	p->outstanding++;
+	if (p->verify) {
+		p->layer_copies[j.layer]++;
+		p->vjobs[p->nvjobs++] = j;
+	}
+}
+
+/*
+ * A layer's copies are done: its verify jobs go to the front of the queue
+ * (its wait_layer is the next thing training waits for), in reverse so
+ * that they run in put order.
+ */
+static void
+queue_verify_locked(struct pmck_pipeline *p, uint32_t layer)
+{
+	size_t first = p->layer_vfirst[layer], end = first;
+
+	while (end < p->nvjobs && p->vjobs[end].layer == layer)
+		end++;
+	for (size_t k = end; k-- > first;) {
+		struct job v = p->vjobs[k];
+		v.verify = 1;
+		p->qhead = (p->qhead + p->qcap - 1) % p->qcap;
+		p->queue[p->qhead] = v;
+		p->qlen++;
+		p->layer_pending[layer]++;
+		p->outstanding++;
+	}
+	pthread_cond_broadcast(&p->work);
 }
 
 int
@@ -436,6 +517,8 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_bind_thread(p->gpu)))
 		goto out;
 	size_t n = pmck_store_ntensors(p->store);
+	if (p->verify)
+		p->layer_vfirst[ix] = p->nvjobs;
 	for (size_t i = 0; i < n && !ret; i++) {
 		if (p->tensor_layer[i] != (uint32_t)ix)
 			continue;
@@ -449,7 +532,7 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 				ret = pmck__gpu_snapshot(p->gpu, ti.offset + off, src, len, &src);
 			if (ret)
 				break;
-			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src});
+			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src, 0});
 			off += len;
 		} while (off < ti.nbytes);
 	}
@@ -541,6 +624,9 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	if (p->cpus)
 		numa_free_cpumask(p->cpus);
 	free(p->queue);
+	free(p->vjobs);
+	free(p->layer_vfirst);
+	free(p->layer_copies);
 	free(p->layer_put);
 	free(p->layer_pending);
 	free(p->layer_id);

@@ -1,12 +1,15 @@
 /*
  * pipeline.c -- the asynchronous layer-wise pipeline (host sources):
  * wait_layer only returns once the layer's bytes are in the slot, commit
- * never precedes the last layer, back-pressure (wait and skip), and kill -9
- * at random moments still recovers a complete checkpoint.
+ * never precedes the last layer, back-pressure (wait and skip), kill -9
+ * at random moments still recovers a complete checkpoint, and with
+ * PMCK_PIPELINE_VERIFY_SOURCES a tensor changed while it is written fails
+ * the checkpoint instead of committing a torn one.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -270,6 +273,92 @@ test_crash(const char *path, int trials)
 			"not older than the last commit (%d recovered)", trials, recovered);
 }
 
+/* Keeps changing the first KiB of a source until told to stop: training without the hook. */
+struct mutator {
+	uint8_t *buf;
+	atomic_int stop;
+	atomic_ulong rounds;
+};
+
+static void *
+mutate(void *arg)
+{
+	struct mutator *m = arg;
+	while (!atomic_load(&m->stop)) {
+		for (size_t k = 0; k < 1024; k++)
+			__atomic_fetch_add(&m->buf[k], 1, __ATOMIC_RELAXED);
+		atomic_fetch_add(&m->rounds, 1);
+	}
+	return NULL;
+}
+
+static void
+test_torn_sources(const char *path)
+{
+	struct pmck_tensor_desc d[] = {
+		{.name = "big", .dtype = PMCK_DTYPE_F32, .ndim = 1, .shape = {(64u << 20) / 4}, .layer = 0},
+		{.name = "small", .dtype = PMCK_DTYPE_F32, .ndim = 1, .shape = {1000}, .layer = 1},
+	};
+	uint8_t *big = malloc(64u << 20), *small = malloc(4000);
+	const void *srcs[] = {big, small};
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_recovery rec;
+
+	memset(big, 1, 64u << 20);
+	memset(small, 2, 4000);
+	unlink(path);
+	if (open_store(path, 256 << 20, 1, "torn", d, 2, &r, &pool, &s))
+		return;
+	struct pmck_pipeline_opts o = {.threads = 1, .flags = PMCK_PIPELINE_VERIFY_SOURCES};
+	is_int(pmck_pipeline_new(s, &o, &p), 0, "a pipeline verifying its sources");
+	pmck_pipeline_begin(p, 1);
+	pmck_pipeline_put_layer(p, 0, srcs);
+	pmck_pipeline_put_layer(p, 1, srcs);
+	is_int(pmck_pipeline_wait(p), 0, "unchanged sources: step 1 commits (no false alarm)");
+
+	/* Up to 5 tries: the mutator must run while the writer copies (2 cores, maybe busy). */
+	int ret = 0, tries = 0;
+	unsigned long rounds = 0;
+	for (uint64_t step = 2; step <= 6 && ret == 0; step++, tries++) {
+		struct mutator m = {.buf = big};
+		pthread_t t;
+		pmck_pipeline_begin(p, step);
+		pthread_create(&t, NULL, mutate, &m);
+		pmck_pipeline_put_layer(p, 0, srcs);
+		pmck_pipeline_put_layer(p, 1, srcs);
+		ret = pmck_pipeline_wait(p);
+		atomic_store(&m.stop, 1);
+		pthread_join(t, NULL);
+		rounds += atomic_load(&m.rounds);
+	}
+	is_int(ret, PMCK_E_SOURCE_CHANGED, "a tensor changed during save_async fails the checkpoint "
+			"(%d tries, %lu mutation rounds)", tries, rounds);
+	ok(strstr(pmck_errormsg(), "'big'") && strstr(pmck_errormsg(), "not committed"),
+			"the message names the tensor: %s", pmck_errormsg());
+	uint64_t torn_step = 1 + (uint64_t)tries;
+	struct pmck_pipeline_stats st;
+	pmck_pipeline_stats(p, &st);
+	is_int(st.last_step, torn_step - 1, "the torn step was not committed (last %llu)",
+			(unsigned long long)st.last_step);
+
+	/* The pipeline goes on; the next checkpoint (sources left alone) commits, bit-exact. */
+	memset(big, 3, 64u << 20);
+	pmck_pipeline_begin(p, torn_step + 1);
+	pmck_pipeline_put_layer(p, 0, srcs);
+	pmck_pipeline_put_layer(p, 1, srcs);
+	is_int(pmck_pipeline_wait(p), 0, "the next checkpoint commits");
+	pmck_pipeline_delete(&p);
+	is_int(pmck_store_recover(s, &rec), 0, "recover");
+	ok(rec.step == torn_step + 1 && !memcmp(pmck_store_tensor_data(s, 0), big, 64u << 20),
+			"recovered step %llu, bit-exact", (unsigned long long)rec.step);
+	close_store(&r, &pool, &s);
+	free(big);
+	free(small);
+}
+
 int
 main(void)
 {
@@ -283,6 +372,7 @@ main(void)
 	test_backpressure(path, PMCK_BUSY_WAIT);
 	test_backpressure(path, PMCK_BUSY_SKIP);
 	test_crash(path, 40);
+	test_torn_sources(path);
 	unlink(path);
 	for (size_t i = 0; i < N; i++)
 		free(src[i]);

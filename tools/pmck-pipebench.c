@@ -79,6 +79,36 @@ sleep_ms(double ms)
 	nanosleep(&d, NULL);
 }
 
+/*
+ * Median time of a whole pipelined checkpoint with no compute between
+ * layers (begin, put every layer, wait for the commit): what verifying the
+ * sources (PMCK_PIPELINE_VERIFY_SOURCES) adds to save time.
+ */
+static double
+pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers, unsigned threads,
+		unsigned flags, uint64_t *step, unsigned reps)
+{
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = threads, .flags = flags};
+	double t[64];
+
+	if (pmck_pipeline_new(s, &o, &p))
+		die("pipeline");
+	for (unsigned k = 0; k < reps; k++) {
+		double t0 = tool_now();
+		if (pmck_pipeline_begin(p, (*step)++))
+			die("begin");
+		for (uint32_t l = 0; l < nlayers; l++)
+			if (pmck_pipeline_put_layer(p, l, (const void *const *)src))
+				die("put_layer");
+		if (pmck_pipeline_wait(p))
+			die("pipeline wait");
+		t[k] = tool_now() - t0;
+	}
+	pmck_pipeline_delete(&p);
+	return tool_median(t, reps);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -169,6 +199,16 @@ main(int argc, char **argv)
 		pmck_pipeline_delete(&p);
 		double async_stall = tool_median(stall, steps);
 
+		/* Save time with and without re-hashing the sources, alternating, medians. */
+		uint64_t vstep = 500;
+		double plain[9], verified[9];
+		for (unsigned k = 0; k < 9; k++) {
+			plain[k] = pipeline_save_time(s, src, nlayers, threads, 0, &vstep, 1);
+			verified[k] = pipeline_save_time(s, src, nlayers, threads,
+					PMCK_PIPELINE_VERIFY_SOURCES, &vstep, 1);
+		}
+		double save_plain = tool_median(plain, 9), save_verified = tool_median(verified, 9);
+
 		/* Sync: the whole state written and committed while the loop waits. */
 		for (unsigned step = 0; step < steps; step++) {
 			t0 = tool_now();
@@ -212,6 +252,9 @@ main(int argc, char **argv)
 		double wf_stall = tool_median(stall, steps);
 
 		printf("bench: async_stall_time %.6f s\n", async_stall);
+		printf("bench: pipeline_save_time %.6f s\n", save_plain);
+		printf("bench: pipeline_save_time_verify_sources %.6f s\n", save_verified);
+		printf("ratio: verify_sources_time_vs_plain %.3f\n", save_verified / save_plain);
 		printf("bench: sync_commit_stall_time %.6f s\n", sync_stall);
 		printf("bench: write_fsync_stall_time %.4f s\n", wf_stall);
 		printf("ratio: async_stall_time_vs_write_fsync %.6f\n", async_stall / wf_stall);

@@ -11,7 +11,7 @@ See docs/python.md.
 """
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
                      UnsupportedObjectError, MetadataTooLargeError, BusyError,
-                     NotAPoolError, TruncatedError)
+                     NotAPoolError, TruncatedError, SourceChangedError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -33,6 +33,6 @@ def gpu_unavailable_reason(device=0):
 
 __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
-           "NotAPoolError", "TruncatedError",
+           "NotAPoolError", "TruncatedError", "SourceChangedError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

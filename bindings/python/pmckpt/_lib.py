@@ -40,6 +40,7 @@ BACKEND_NAMES = {0: "devdax", 1: "fsdax", 2: "ramdisk"}
 SOURCE_HOST, SOURCE_GPU_DIRECT, SOURCE_GPU_KERNEL, SOURCE_GPU_STAGED, SOURCE_GPU_SNAPSHOT = range(5)
 # enum pmck_busy_policy
 BUSY_WAIT, BUSY_SKIP = 0, 1
+PIPELINE_VERIFY_SOURCES = 1  # PMCK_PIPELINE_VERIFY_SOURCES
 # enum pmck_tier
 TIER_LOCAL, TIER_SHARED = 0, 1
 
@@ -64,7 +65,8 @@ class Recovery(Structure):
 class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
                 ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
-                ("global_", c_void_p), ("on_commit", c_void_p), ("on_commit_arg", c_void_p)]
+                ("global_", c_void_p), ("on_commit", c_void_p), ("on_commit_arg", c_void_p),
+                ("flags", c_uint)]
 
 
 class PipelineStats(Structure):

@@ -12,6 +12,7 @@ PMCK_E_NO_CHECKPOINT = -100101
 PMCK_E_LAYOUT = -100102
 PMCK_E_CORRUPT = -100103
 PMCK_E_VERSION = -100104
+PMCK_E_SOURCE_CHANGED = -100120
 
 
 class Error(Exception):
@@ -61,6 +62,11 @@ class MetadataTooLargeError(Error, ValueError):
     """The non-tensor values do not fit the store's metadata capacity."""
 
 
+class SourceChangedError(Error):
+    """A tensor changed while its checkpoint was written (PMCK_E_SOURCE_CHANGED,
+    with Store(verify_sources=True)): that checkpoint is not committed."""
+
+
 class BusyError(Error):
     """A checkpoint is in flight (-EBUSY)."""
 
@@ -75,6 +81,7 @@ _BY_CODE = {
     PMCK_E_VERSION: VersionError,
     PMA_E_VERSION: VersionError,
     -_errno.EBUSY: BusyError,
+    PMCK_E_SOURCE_CHANGED: SourceChangedError,
 }
 
 

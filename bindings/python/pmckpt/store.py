@@ -171,11 +171,17 @@ class Store:
     (global_step), and load()
     brings every rank back to one step (docs/multirank.md).  Every rank must
     save the same steps and call load at the same points: those calls are
-    collective."""
+    collective.
+
+    verify_sources: after each layer is written, its tensors are hashed
+    again and compared with what was written; a tensor changed meanwhile
+    (updated without the hook or wait_for) fails that checkpoint with
+    SourceChangedError instead of committing a torn one.  Off by default: it
+    reads every byte twice (pmck-pipebench: ratio verify_sources_time_vs_plain)."""
 
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
-                 gpu_source="direct", group=None, size=None):
+                 gpu_source="direct", group=None, size=None, verify_sources=False):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -189,6 +195,7 @@ class Store:
             raise ValueError("size is the size of a new file at path: give a path and a "
                              "positive number of bytes")
         self.size = int(size) if size is not None else 0
+        self.verify_sources = bool(verify_sources)
         self.name = name
         self.path = os.fspath(path) if path is not None else None
         self._resolved = None
@@ -349,7 +356,9 @@ class Store:
             lib.pmck_pipeline_delete(byref(self._pipe))
         opts = _lib.PipelineOpts(self.threads, -1,
                                  _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
-                                 source, device, self._copyout.value, self._global.value)
+                                 source, device, self._copyout.value, self._global.value,
+                                 None, None,
+                                 _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
               "pipeline")
         self._pipe_source = want
@@ -505,8 +514,9 @@ class Store:
             if self._inflight is h:
                 self._inflight = None
             if rc < 0:
-                # the message of a failed write belongs to the writer thread: name the code
-                h._error = error_for(rc, f"checkpoint of step {h.step} failed: {_lib.strerror(rc)}")
+                # pmck_pipeline_wait copied the writer thread's message to this thread's
+                h._error = error_for(rc, f"checkpoint of step {h.step} failed: "
+                                         f"{_lib.errormsg() or _lib.strerror(rc)}")
             else:
                 self._newest = h.step
 

@@ -514,6 +514,42 @@ def test_pm_path_created():
         return "the refused file was changed"
 
 
+def test_torn_source():
+    """A tensor changed during save_async without the hook: with verify_sources=True the
+    checkpoint fails with SourceChangedError and the previous one loads."""
+    import threading
+    w = torch.zeros(16 << 20)  # 64 MiB: the copy takes long enough to overlap the change
+    with pmckpt.Store(name="torn", ramdisk=D, verify_sources=True, threads=1) as s:
+        s.save({"w": w}, 1)
+        caught = None
+        for step in range(2, 7):
+            stop = threading.Event()
+
+            def train():
+                while not stop.is_set():
+                    w[:4096].add_(1.0)  # training that did not wait for the layer
+            h = s.save_async({"w": w}, step)
+            t = threading.Thread(target=train)
+            t.start()
+            try:
+                h.wait()
+            except pmckpt.SourceChangedError as e:
+                caught = e
+            finally:
+                stop.set()
+                t.join()
+            if caught:
+                break
+        if not caught:
+            return "no SourceChangedError in 5 tries"
+        T.diag(f"SourceChangedError: {caught}")
+        if "'w'" not in str(caught):
+            return f"the message does not name the tensor: {caught}"
+        s.load()
+        if s.last_recovery["step"] != step - 1:
+            return f"after the torn step {step}, load gave {s.last_recovery}"
+
+
 def test_namespace_name():
     """A name that is no path is a devdax namespace name, resolved by libpmalloc."""
     with pmckpt.Store("ckpt-none", name="ns") as s:
@@ -572,6 +608,7 @@ T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
+T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
 T.run("Store(namespace name) without such a namespace: Error naming it", test_namespace_name)
 T.run("pip install ./bindings/python", test_pip_install)
 T.done()
