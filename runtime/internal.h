@@ -104,6 +104,9 @@ int pmck__mkdir_p(const char *dir, mode_t mode, char *first_made, size_t first_s
 /* pmck__rmdir_made -- removes dir and its parents down to first_made, if empty. */
 void pmck__rmdir_made(const char *dir, const char *first_made);
 uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
+/* pmck__layout_diff -- describes the first difference between s's layout and d[0..n). */
+void pmck__layout_diff(const struct pmck_store *s, const struct pmck_tensor_desc *d, size_t n,
+		char *buf, size_t len);
 uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nbytes,
 		size_t n, uint64_t *offset);
 

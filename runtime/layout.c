@@ -10,6 +10,7 @@
  * their element alignment.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -114,4 +115,47 @@ pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nbytes, siz
 	free(o);
 	cursor = (cursor + PMCK_ALIGN - 1) / PMCK_ALIGN * PMCK_ALIGN;
 	return cursor ? cursor : PMCK_ALIGN;
+}
+
+/* "F32[64, 16] layer 3" for messages. */
+static void
+desc_text(uint32_t dtype, uint32_t ndim, const uint64_t *shape, uint32_t layer, char *buf,
+		size_t len)
+{
+	size_t k = (size_t)snprintf(buf, len, "%s[", pmck_dtype_name((enum pmck_dtype)dtype));
+	for (uint32_t d = 0; d < ndim && k < len; d++)
+		k += (size_t)snprintf(buf + k, len - k, "%s%llu", d ? ", " : "",
+				(unsigned long long)shape[d]);
+	if (k < len)
+		snprintf(buf + k, len - k, "] layer %u", layer);
+}
+
+void
+pmck__layout_diff(const struct pmck_store *s, const struct pmck_tensor_desc *d, size_t n,
+		char *buf, size_t len)
+{
+	uint32_t have = s->hdr->ntensors;
+	char a[160], b[160];
+
+	for (size_t i = 0; i < n && i < have; i++) {
+		const struct tmap_entry *e = &s->tmap[i];
+		if (strcmp(e->name, d[i].name)) {
+			snprintf(buf, len, "tensor %zu is '%s' in the store, '%s' asked for", i, e->name,
+					d[i].name);
+			return;
+		}
+		if (e->dtype != (uint32_t)d[i].dtype || e->ndim != d[i].ndim || e->layer != d[i].layer ||
+		    memcmp(e->shape, d[i].shape, e->ndim * sizeof(uint64_t))) {
+			desc_text(e->dtype, e->ndim, e->shape, e->layer, a, sizeof(a));
+			desc_text((uint32_t)d[i].dtype, d[i].ndim, d[i].shape, d[i].layer, b, sizeof(b));
+			snprintf(buf, len, "tensor '%s' is %s in the store, %s asked for", e->name, a, b);
+			return;
+		}
+	}
+	if (have != n)
+		snprintf(buf, len, "the store has %u tensors, %zu asked for (first %s: '%s')", have, n,
+				have > n ? "extra in the store" : "missing from the store",
+				have > n ? s->tmap[n].name : d[have].name);
+	else
+		snprintf(buf, len, "the layouts hash differently but no field differs");
 }

@@ -90,7 +90,13 @@ open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
 	if ((ret = pmck__mkdir_p(dir, 0700, dir_made, dir_made_size)))
 		return ret;
 	*made = access(l->path, F_OK) != 0;
-	ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+	/*
+	 * A file holding a pool is opened as it is: a truncated pool is then
+	 * reported as such (PMA_E_TRUNCATED), and a store of another, larger
+	 * layout as PMCK_E_LAYOUT, not as a file too small for this layout.
+	 */
+	ret = pma_region_open(l->path, holds_pool_magic(l->path) ? 0 : (size_t)size,
+			PMA_REGION_CREATE, &l->region);
 	/*
 	 * A creation killed before the pool was formatted leaves a short or
 	 * blank file: it is ours (our name, our directory) and holds no pool,

@@ -276,10 +276,11 @@ pmck_store_open_or_create(struct pma_pool *p, const char *name,
 		ret = pma__err(-ENOMEM, "out of memory");
 	else if (!(ret = pmck__layout_check(descs, n, nbytes)) &&
 		 ((*out)->hdr->ntensors != n ||
-		  (*out)->hdr->layout_hash != pmck__layout_hash(descs, n)))
-		ret = pma__err(PMCK_E_LAYOUT, "store '%s' exists with another layout (%u tensors, "
-				"layout hash %016llx; asked for %zu tensors)", name,
-				(*out)->hdr->ntensors, (unsigned long long)(*out)->hdr->layout_hash, n);
+		  (*out)->hdr->layout_hash != pmck__layout_hash(descs, n))) {
+		char why[512];
+		pmck__layout_diff(*out, descs, n, why, sizeof(why));
+		ret = pma__err(PMCK_E_LAYOUT, "store '%s' exists with another layout: %s", name, why);
+	}
 	free(nbytes);
 	if (ret)
 		pmck_store_close(out);

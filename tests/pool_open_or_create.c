@@ -132,7 +132,7 @@ make_damaged_store(const char *path)
 int
 main(void)
 {
-	char path[512], dir[600], sub[700];
+	char path[512], dir[600], sub[700], f[800];
 	int created, changed;
 
 	snprintf(path, sizeof(path), "%s", scratch_path("openc"));
@@ -251,6 +251,30 @@ main(void)
 	ok(first && !strstr(first + 1, path), "the path is named once: %s", m);
 	unlink(path);
 
+	/* A ramdisk store opened with another, larger layout: PMCK_E_LAYOUT naming the tensor. */
+	snprintf(dir, sizeof(dir), "%s.r", path);
+	struct pmck_local_opts ao = {.ramdisk_dir = dir, .store_name = "m", .descs = layout,
+			.ndescs = NT};
+	is_int(pmck_local_open(&ao, &l), 0, "a ramdisk store of layout A");
+	pmck_local_close(&l);
+	struct pmck_tensor_desc bigger[NT];
+	memcpy(bigger, layout, sizeof(bigger));
+	bigger[0].shape[0] = 4096;
+	ao.descs = bigger;
+	is_int(pmck_local_open(&ao, &l), PMCK_E_LAYOUT, "reopened with a larger layout: PMCK_E_LAYOUT "
+			"(not -ENOSPC)");
+	ok(strstr(pmck_errormsg(), "tensor 'w' is F32[512, 1024] layer 0 in the store, F32[4096, "
+			"1024] layer 0 asked for") != NULL, "naming the tensor that differs: %s",
+			pmck_errormsg());
+	snprintf(f, sizeof(f), "%s/pmckpt-m.pool", dir);
+	if (truncate(f, 6 * MiB))
+		diag("truncate: %s", strerror(errno));
+	ao.descs = layout;
+	is_int(pmck_local_open(&ao, &l), PMA_E_TRUNCATED, "a truncated ramdisk pool: PMA_E_TRUNCATED "
+			"(not -ENOSPC)");
+	unlink(f);
+	rmdir(dir);
+
 	/* Ramdisk directories: made with parents, removed when the call fails. */
 	snprintf(dir, sizeof(dir), "%s.d", path);
 	snprintf(sub, sizeof(sub), "%s/a/b/c", dir);
@@ -258,7 +282,6 @@ main(void)
 			.ndescs = NT};
 	is_int(pmck_local_open(&ro, &l), 0, "a ramdisk directory three levels deep is made");
 	pmck_local_close(&l);
-	char f[800];
 	snprintf(f, sizeof(f), "%s/pmckpt-m.pool", sub);
 	unlink(f);
 	rmdir(sub);
