@@ -43,10 +43,21 @@
 extern "C" {
 #endif
 
-#define PMCK_E_NO_CHECKPOINT (-100101) /* no slot holds a complete checkpoint */
+#define PMCK_E_NO_CHECKPOINT (-100101) /* nothing was ever saved here (a fresh start) */
 #define PMCK_E_LAYOUT        (-100102) /* store exists with another layout */
 #define PMCK_E_CORRUPT       (-100103) /* store metadata fails its checks */
 #define PMCK_E_VERSION       (-100104) /* store of an unsupported version */
+/*
+ * Recovery found checkpoints (a sealed slot, a complete step of this
+ * layout) but rejected every one of them: data was lost, and starting from
+ * scratch is a decision for the caller, unlike PMCK_E_NO_CHECKPOINT.
+ */
+#define PMCK_E_NONE_USABLE   (-100105)
+/*
+ * The checkpoints to recover were written by a job of another world size:
+ * refused (resharding is the Python/DCP layer's business).
+ */
+#define PMCK_E_WORLD_SIZE    (-100106)
 
 /* pmck_errormsg -- same buffer as pma_errormsg(): the calling thread's last failure. */
 const char *pmck_errormsg(void);
@@ -242,8 +253,9 @@ struct pmck_recovery {
  * match their checksums and makes it the store's readable checkpoint.  A
  * newer slot that fails verification is reported in *info (may be NULL)
  * and will be overwritten by the next begin.
- * Errors: PMCK_E_NO_CHECKPOINT (nothing sealed, or nothing verifies),
- * -EBUSY (a checkpoint is in flight).
+ * Errors: PMCK_E_NO_CHECKPOINT (no slot is sealed: nothing was ever
+ * committed), PMCK_E_NONE_USABLE (sealed slots exist but none verifies:
+ * data was lost), -EBUSY (a checkpoint is in flight).
  */
 int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 
@@ -572,9 +584,19 @@ int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned ra
 int64_t pmck_store_slot_step(const struct pmck_store *s, unsigned k);
 
 /*
+ * pmck_store_slot_world -- the world size and rank of the global job
+ * (pmck_global_new) that committed slot k, as recorded with its step.
+ * rank and world_size may be NULL.  Reads the slot header only.
+ * Errors: -ENOENT (the slot holds no complete checkpoint, or it was
+ * committed outside a global job or before pmckpt recorded it), -ERANGE.
+ */
+int pmck_store_slot_world(const struct pmck_store *s, unsigned k, unsigned *rank,
+		unsigned *world_size);
+
+/*
  * pmck_store_recover_step -- like pmck_store_recover, for the slot sealed
  * with `step` (not necessarily the newest).  Errors: PMCK_E_NO_CHECKPOINT
- * (no slot holds step, or it fails verification), -EBUSY.
+ * (no slot holds step), PMCK_E_NONE_USABLE (it fails verification), -EBUSY.
  */
 int pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
 
