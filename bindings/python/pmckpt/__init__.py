@@ -10,7 +10,8 @@ pmckpt.dcp has a StorageWriter/StorageReader pair for torch.distributed.checkpoi
 See docs/python.md.
 """
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
-                     UnsupportedObjectError, MetadataTooLargeError, BusyError)
+                     UnsupportedObjectError, MetadataTooLargeError, BusyError,
+                     CheckpointsUnusableError, WorldSizeError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -30,7 +31,8 @@ def gpu_unavailable_reason(device=0):
     return None if _lib.lib.pmck_gpu_available(device) == 0 else _lib.errormsg()
 
 
-__all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "LayoutError", "CorruptError",
+__all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnusableError",
+           "WorldSizeError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

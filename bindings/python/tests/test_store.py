@@ -413,8 +413,15 @@ def test_corrupted_slot():
     _, off1, _ = slot_address("corrupt", 1 - newest, "optim/state/1/exp_avg")
     flip(path, off1 + 4)
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
-        T.raises("both slots corrupted: NoCheckpointError",
-                 pmckpt.NoCheckpointError, s.load, match="no checkpoint verifies")
+        T.raises("both slots corrupted: CheckpointsUnusableError (data lost, not a fresh start)",
+                 pmckpt.CheckpointsUnusableError, s.load, match="no checkpoint verifies")
+        e = None
+        try:
+            s.load()
+        except pmckpt.CheckpointsUnusableError as err:
+            e = err
+        if e is None or isinstance(e, pmckpt.NoCheckpointError) or e.code != -100105:
+            return f"both slots corrupted: {e!r} is not a sibling of NoCheckpointError with code -100105"
     flip(path, meta_off + 16)  # the store header's data_size
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
         T.raises("corrupted store header: CorruptError", pmckpt.CorruptError, s.load)
