@@ -433,6 +433,19 @@ def test_no_checkpoint():
                  pmckpt.NoCheckpointError, s.load, match="nothing-here")
 
 
+def test_error_codes():
+    """Each recovery code has its own exception; the two 'nothing to load' ones are siblings."""
+    from pmckpt.errors import error_for
+    for code, cls in ((-100101, pmckpt.NoCheckpointError),
+                      (-100105, pmckpt.CheckpointsUnusableError),
+                      (-100106, pmckpt.WorldSizeError)):
+        e = error_for(code, "m")
+        if type(e) is not cls or e.code != code:
+            return f"code {code}: {type(e).__name__}, expected {cls.__name__}"
+    if issubclass(pmckpt.CheckpointsUnusableError, pmckpt.NoCheckpointError):
+        return "CheckpointsUnusableError must not be caught by except NoCheckpointError"
+
+
 def test_interrupted_creation():
     """A process killed while creating the ramdisk file leaves it empty, short or
     with a half-written pool header: that is no store, and the next save starts afresh."""
@@ -544,6 +557,8 @@ T.run("another layout: LayoutError, the previous checkpoint loads", test_other_l
 T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
       test_corrupted_slot)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldSizeError",
+      test_error_codes)
 T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
 T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)
