@@ -43,10 +43,21 @@
 extern "C" {
 #endif
 
-#define PMCK_E_NO_CHECKPOINT (-100101) /* no slot holds a complete checkpoint */
+#define PMCK_E_NO_CHECKPOINT (-100101) /* nothing was ever saved here (a fresh start) */
 #define PMCK_E_LAYOUT        (-100102) /* store exists with another layout */
 #define PMCK_E_CORRUPT       (-100103) /* store metadata fails its checks */
 #define PMCK_E_VERSION       (-100104) /* store of an unsupported version */
+/*
+ * Recovery found checkpoints (a sealed slot, a complete step of this
+ * layout) but rejected every one of them: data was lost, and starting from
+ * scratch is a decision for the caller, unlike PMCK_E_NO_CHECKPOINT.
+ */
+#define PMCK_E_NONE_USABLE   (-100105)
+/*
+ * The checkpoints to recover were written by a job of another world size:
+ * refused (resharding is the Python/DCP layer's business).
+ */
+#define PMCK_E_WORLD_SIZE    (-100106)
 #define PMCK_E_SOURCE_CHANGED (-100120) /* a source changed while it was written (torn) */
 
 /* pmck_errormsg -- same buffer as pma_errormsg(): the calling thread's last failure. */
@@ -243,8 +254,9 @@ struct pmck_recovery {
  * match their checksums and makes it the store's readable checkpoint.  A
  * newer slot that fails verification is reported in *info (may be NULL)
  * and will be overwritten by the next begin.
- * Errors: PMCK_E_NO_CHECKPOINT (nothing sealed, or nothing verifies),
- * -EBUSY (a checkpoint is in flight).
+ * Errors: PMCK_E_NO_CHECKPOINT (no slot is sealed: nothing was ever
+ * committed), PMCK_E_NONE_USABLE (sealed slots exist but none verifies:
+ * data was lost), -EBUSY (a checkpoint is in flight).
  */
 int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 
@@ -503,13 +515,25 @@ void pmck_local_close(struct pmck_local *l);
  *
  *   DIR/step-000000000042/rank-00000.safetensors   (tensors, and in
  *       __metadata__: step, rank, world size, layout hash, checksums)
- *   DIR/step-000000000042/COMPLETE                 (marker: the step is whole)
+ *   DIR/step-000000000042/COMPLETE                 (marker: the step is whole;
+ *       JSON with step, world_size, layout_hash and generation)
  *
  * Every file is written under a temporary name, fsync'd, renamed, and its
  * directory fsync'd; a step exists for readers only once COMPLETE does.
- * The newest `keep` complete steps are kept; older ones are deleted by the
- * copier thread.  Leftovers of a crash (temporary files, steps without
- * COMPLETE) are removed when the copier starts.
+ *
+ * Runs: several jobs may share a directory.  A copier's generation is 1 +
+ * the largest generation recorded for its layout in DIR (markers without
+ * one count as 0); "newest" orders the steps of one layout and world size
+ * by (generation, step), so a run restarted at step 1 is newer than an
+ * older run's step 1339.  Retention keeps the newest `keep` complete steps
+ * of the store's layout and world size and deletes the older ones (copier
+ * thread, after each copy); steps of another layout or world size, or
+ * with an unreadable marker, are never deleted by a copier (only
+ * `pmckpt clean` removes them), and a copy onto such a complete step is
+ * refused (-EEXIST).  Leftovers of a crash (temporary files, steps without
+ * COMPLETE) are removed when a single-rank copier starts; while running,
+ * an incomplete step older than the oldest kept step of the copier's own
+ * run is removed.
  *
  * While a slot is being copied, pmck_store_begin does not overwrite it:
  * it waits (or, in a pipeline with PMCK_BUSY_SKIP, the checkpoint is
@@ -530,8 +554,11 @@ struct pmck_copyout_opts {
 
 /*
  * pmck_copyout_new -- starts the copier for store s (which must outlive
- * it) and cleans the directory's leftovers.  Errors: -EINVAL, -errno of
- * mkdir/opendir, -ENOMEM, -EAGAIN.
+ * it), takes the next generation for its layout and cleans the
+ * directory's leftovers.  Every rank of a job opens its copier before it
+ * copies its first step, so all derive the same generation (rank 0 writes
+ * the first marker only after every rank's first file exists).  Errors:
+ * -EINVAL, -errno of mkdir/opendir, -ENOMEM, -EAGAIN.
  */
 int pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 		struct pmck_copyout **out);
@@ -545,7 +572,9 @@ int pmck_copyout_submit(struct pmck_copyout *c);
 
 /*
  * pmck_copyout_wait -- waits until every submitted copy has ended; returns
- * the first error since the last wait (0 if all succeeded).
+ * the first error since the last wait (0 if all succeeded): -EEXIST for a
+ * step number held by another job's complete step, -ETIMEDOUT (rank 0: a
+ * rank's file did not appear), -errno of the file operations.
  */
 int pmck_copyout_wait(struct pmck_copyout *c);
 
@@ -630,11 +659,15 @@ struct pmck_tier_recovery {
 /*
  * pmck_recover_tiers -- recovers the newest verified checkpoint of the
  * local store; if there is none (the ramdisk was lost, the node replaced),
- * imports the newest complete step of `shared_dir` for `rank` whose file
- * verifies, trying older complete steps when one fails.  Fills *out with
- * the step, the tier and the reason.  Afterwards the checkpoint is readable
- * through pmck_store_tensor_data either way.
- * Errors: PMCK_E_NO_CHECKPOINT (nothing usable in either tier).
+ * imports the newest complete step of the store's layout in `shared_dir`
+ * (by generation, then step: see copy-out) whose file for `rank`
+ * verifies, trying older ones when one fails; steps of other layouts are
+ * not considered.  Fills *out with the step, the tier and the reason.
+ * Afterwards the checkpoint is readable through pmck_store_tensor_data
+ * either way.
+ * Errors: PMCK_E_NO_CHECKPOINT (no sealed slot and no complete step of
+ * this layout: nothing was saved), PMCK_E_NONE_USABLE (there were such
+ * checkpoints, and every one was rejected).
  */
 int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 		struct pmck_tier_recovery *out);
@@ -648,9 +681,19 @@ int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned ra
 int64_t pmck_store_slot_step(const struct pmck_store *s, unsigned k);
 
 /*
+ * pmck_store_slot_world -- the world size and rank of the global job
+ * (pmck_global_new) that committed slot k, as recorded with its step.
+ * rank and world_size may be NULL.  Reads the slot header only.
+ * Errors: -ENOENT (the slot holds no complete checkpoint, or it was
+ * committed outside a global job or before pmckpt recorded it), -ERANGE.
+ */
+int pmck_store_slot_world(const struct pmck_store *s, unsigned k, unsigned *rank,
+		unsigned *world_size);
+
+/*
  * pmck_store_recover_step -- like pmck_store_recover, for the slot sealed
  * with `step` (not necessarily the newest).  Errors: PMCK_E_NO_CHECKPOINT
- * (no slot holds step, or it fails verification), -EBUSY.
+ * (no slot holds step), PMCK_E_NONE_USABLE (it fails verification), -EBUSY.
  */
 int pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
 
@@ -767,8 +810,21 @@ struct pmck_global_recovery {
  * NULL), loads it on every rank (from the local slot, or this rank's file
  * in shared_dir, e.g. after a node was replaced), discards local slots of
  * newer steps, and (rank 0) removes newer, incomplete steps from
- * shared_dir.  Errors: PMCK_E_NO_CHECKPOINT on every rank when some rank
- * can produce nothing.
+ * shared_dir.
+ *
+ * World size: every commit of a store tied to a group records the group's
+ * size and this rank (pmck_store_slot_world), and copy-out's markers record
+ * it too.  If the newest checkpoint any rank sees (its newest local slot
+ * with a recorded world size, else the newest complete shared step of its
+ * layout) was written by another world size, every rank fails with
+ * PMCK_E_WORLD_SIZE naming both sizes, before anything is loaded,
+ * discarded or removed.  Candidates are local slots not recorded with
+ * another world size and the shared steps of this layout and world size of
+ * their newest generation; rank 0 removes only newer incomplete steps and
+ * newer steps of that generation.
+ * Errors (on every rank alike): PMCK_E_WORLD_SIZE; PMCK_E_NO_CHECKPOINT
+ * when no rank has any checkpoint; PMCK_E_NONE_USABLE when some rank has
+ * one but no step can be produced by every rank; those of the collectives.
  */
 int pmck_global_recover(struct pmck_global *g, const char *shared_dir,
 		struct pmck_global_recovery *out);

@@ -258,13 +258,18 @@ pmck_ckpt_commit(struct pmck_ckpt *c)
 	/* Persist point 1: wait for every non-temporal store and flush of the tensor data. */
 	pma_region_drain(s->region);
 
-	/* Persist point 2: the step and one checksum per tensor, still unsealed. */
+	/*
+	 * Persist point 2: the step, the world size and rank of the job (0
+	 * outside a global job) and one checksum per tensor, still unsealed:
+	 * the seal (point 3) covers them all.
+	 */
 	for (uint32_t i = 0; i < n; i++)
 		csum[i] = pmck__combine(&s->chunk_hash[s->chunk_first[i]],
 				s->chunk_first[i + 1] - s->chunk_first[i]);
 	slot->step = c->step;
+	slot->world = s->world_tag;
 	pma_region_persist(s->region, csum, (size_t)n * sizeof(*csum));
-	pma_region_persist(s->region, &slot->step, sizeof(slot->step));
+	pma_region_persist(s->region, &slot->step, sizeof(slot->step) + sizeof(slot->world));
 
 	/*
 	 * Persist point 3: the seal, one aligned 8-byte store.  Before it is

@@ -42,6 +42,7 @@ struct pmck_copyout {
 	unsigned head, len;
 	int busy, stop;
 	int error;             /* first failure since the last wait */
+	uint64_t generation;   /* this run's, written into each COMPLETE (see clean) */
 	struct pmck_copyout_stats stats;
 };
 
@@ -54,27 +55,58 @@ now_ns(void)
 }
 
 /*
- * Keeps the newest `keep` complete steps; removes older complete steps and
- * any incomplete step older than the oldest one kept.  With cleanup_all,
- * every incomplete step goes (start-up: no writer is running).
+ * Retention.  The steps of this job's lineage are the complete ones whose
+ * marker names this store's layout and this world size; ordered newest
+ * first by (generation, step), the first `keep` stay and the others go.
+ * This copier's generation is the largest in the directory for its
+ * layout, so its own newest `keep` steps are never removed, whatever their
+ * step numbers (a run restarting at step 1 next to an old run's 1339).
+ * Steps of another layout or world size, and steps whose marker cannot be
+ * read, are never touched here (only `pmckpt clean` removes them).
+ *
+ * Incomplete steps: with cleanup_all (start-up of a single rank: no
+ * writer is running) every one goes.  While running, only one older than
+ * the oldest kept step of this copier's own generation: this job has
+ * completed a newer step, so every rank's copy of the older one has ended
+ * (each rank copies in step order), and the step is a leftover of a failed
+ * copy.  A newer or unrelated one may be in progress elsewhere and stays.
  */
 static int
 clean(struct pmck_copyout *c, int cleanup_all)
 {
 	struct pmck__steps l;
 	int ret = pmck__list_steps(c->dir, &l);
-	unsigned kept = 0;
-	char name[64];
-
-	for (size_t i = 0; i < l.n && !ret; i++) {
-		int drop = l.complete[i] ? kept >= c->o.keep : cleanup_all || kept >= c->o.keep;
-		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
-		if (l.complete[i] && !drop) {
-			kept++;
-			if (cleanup_all) /* a re-copy of a complete step killed halfway */
-				ret = pmck__remove_tmp(c->dir, name);
+	if (ret)
+		return ret;
+	size_t *idx = malloc((l.n + 1) * sizeof(*idx));
+	char *drop = calloc(l.n + 1, 1), *kept = calloc(l.n + 1, 1);
+	if (!idx || !drop || !kept) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	size_t n = pmck__order_ours(&l, pmck_store_layout_hash(c->store), c->o.world_size, idx);
+	int64_t own_oldest = -1; /* oldest kept step of this copier's generation */
+	for (size_t k = 0; k < n; k++) {
+		size_t i = idx[k];
+		if (k >= c->o.keep) {
+			drop[i] = 1;
+			continue;
 		}
-		if (!drop)
+		kept[i] = 1;
+		if (l.m[i].generation == c->generation &&
+		    (own_oldest < 0 || l.step[i] < own_oldest))
+			own_oldest = l.step[i];
+	}
+	for (size_t i = 0; i < l.n; i++)
+		if (!l.complete[i])
+			drop[i] = cleanup_all || (own_oldest >= 0 && l.step[i] < own_oldest);
+
+	char name[64];
+	for (size_t i = 0; i < l.n && !ret; i++) {
+		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
+		if (kept[i] && cleanup_all) /* a re-copy of a complete step killed halfway */
+			ret = pmck__remove_tmp(c->dir, name);
+		if (ret || !drop[i])
 			continue;
 		ret = pmck__remove_step(c->dir, name);
 		if (!ret && l.complete[i]) {
@@ -83,30 +115,30 @@ clean(struct pmck_copyout *c, int cleanup_all)
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
+out:
+	free(idx);
+	free(drop);
+	free(kept);
 	pmck__free_steps(&l);
 	return ret;
 }
 
-/* Writes the marker of a step atomically: temporary name, fsync, rename, fsync dir. */
+/* Sets c->generation: 1 + the largest generation of this layout's complete steps in DIR. */
 static int
-write_marker(const char *stepdir, uint64_t step, unsigned world)
+next_generation(struct pmck_copyout *c)
 {
-	char tmp[PATH_MAX + 32], path[PATH_MAX + 32], text[128];
-	snprintf(path, sizeof(path), "%s/" PMCK_MARKER, stepdir);
-	snprintf(tmp, sizeof(tmp), "%s/." PMCK_MARKER ".tmp", stepdir);
-	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u}\n", step, world);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
-	int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
-	int err = errno;
-	close(fd);
-	if (!ok || rename(tmp, path)) {
-		err = ok ? errno : err;
-		unlink(tmp);
-		return pma__err(-err, "write %s: %s", path, strerror(err));
-	}
-	return pmck__fsync_dir(stepdir);
+	struct pmck__steps l;
+	uint64_t hash = pmck_store_layout_hash(c->store), max = 0;
+	int ret = pmck__list_steps(c->dir, &l);
+
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < l.n; i++)
+		if (pmck__step_ours(&l, i, hash, 0) && l.m[i].generation > max)
+			max = l.m[i].generation;
+	pmck__free_steps(&l);
+	c->generation = max + 1;
+	return 0;
 }
 
 /*
@@ -149,6 +181,20 @@ copy_one(struct pmck_copyout *c, const struct job *j)
 	if ((ret = pmck__step_path(stepdir, sizeof(stepdir), c->dir, j->step, NULL)) ||
 	    (ret = pmck__step_path(file, sizeof(file), c->dir, j->step, leaf)))
 		return ret;
+	/*
+	 * A complete step of another layout or world size (another job's run
+	 * in the same directory with the same step number) is never
+	 * overwritten: that would destroy it, which only `pmckpt clean` may do.
+	 */
+	struct pmck__marker old;
+	uint64_t hash = pmck_store_layout_hash(c->store);
+	if (pmck__step_marker(c->dir, j->step, &old) &&
+	    !(old.has_layout && old.layout_hash == hash && old.world_size == c->o.world_size))
+		return pma__err(-EEXIST, "step %" PRIu64 " in %s is another job's (layout %016" PRIx64
+				"%s, world size %u; this store %016" PRIx64 ", %u): not overwritten; "
+				"copy out to another directory or remove it with `pmckpt clean`",
+				j->step, c->dir, old.layout_hash, old.has_layout ? "" : " unknown",
+				old.world_size, hash, c->o.world_size);
 	if (mkdir(stepdir, 0755) && errno != EEXIST)
 		return pma__err(-errno, "mkdir %s: %s", stepdir, strerror(errno));
 	if ((ret = pmck__fsync_dir(c->dir)))
@@ -157,8 +203,11 @@ copy_one(struct pmck_copyout *c, const struct job *j)
 			c->o.world_size, c->o.progress, c->o.progress_arg, &bytes);
 	if (!ret && c->o.rank == 0)
 		ret = await_ranks(c, j->step);
-	if (!ret && c->o.rank == 0)
-		ret = write_marker(stepdir, j->step, c->o.world_size);
+	if (!ret && c->o.rank == 0) {
+		struct pmck__marker m = {.layout_hash = pmck_store_layout_hash(c->store),
+				.generation = c->generation, .world_size = c->o.world_size};
+		ret = pmck__write_marker(stepdir, j->step, &m);
+	}
 	pthread_mutex_lock(&c->lock);
 	c->stats.bytes += bytes;
 	if (!ret) {
@@ -241,6 +290,13 @@ pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 	int ret = 0;
 	if (mkdir(c->dir, 0755) && errno != EEXIST)
 		ret = pma__err(-errno, "mkdir %s: %s", c->dir, strerror(errno));
+	/*
+	 * Every rank derives the same generation: rank 0 writes the first
+	 * marker of this run only after every rank's first file exists, i.e.
+	 * after every rank's copier was opened and counted.
+	 */
+	if (!ret)
+		ret = next_generation(c);
 	/* Leftovers of a crash: only one rank cleans a shared step, and only when alone. */
 	if (!ret && c->o.world_size == 1)
 		ret = clean(c, 1);
@@ -337,22 +393,37 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 				rec.rejected_tensor);
 		return 0;
 	}
+	/* Candidates existed (a sealed slot failed verification): data was lost, not never saved. */
+	int had_candidates = ret == PMCK_E_NONE_USABLE;
+	int nothing = had_candidates ? PMCK_E_NONE_USABLE : PMCK_E_NO_CHECKPOINT;
 	snprintf(local_why, sizeof(local_why), "%s", pmck_errormsg());
 	if (!shared_dir)
 		return ret;
 
 	struct pmck__steps l;
 	if ((ret = pmck__list_steps(shared_dir, &l)))
-		return pma__err_prefix(PMCK_E_NO_CHECKPOINT, "no local checkpoint (%s); shared "
-				"directory", local_why);
-	char leaf[64], path[PATH_MAX], why[384] = "none complete";
+		return pma__err_prefix(nothing, "no local checkpoint (%s); shared directory", local_why);
+	size_t *idx = malloc((l.n + 1) * sizeof(*idx));
+	if (!idx) {
+		pmck__free_steps(&l);
+		return pma__err(-ENOMEM, "out of memory");
+	}
+	/*
+	 * Newest first by (generation, step) among the steps of this layout:
+	 * a newer run's steps before an older run's, whatever their numbers.
+	 * Steps of other layouts are not candidates (another job's).
+	 */
+	size_t n = pmck__order_ours(&l, pmck_store_layout_hash(s), 0, idx);
+	char leaf[64], path[PATH_MAX], why[384] = "none complete of this layout";
 	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", rank);
-	ret = PMCK_E_NO_CHECKPOINT;
-	for (size_t i = 0; i < l.n; i++) {
-		if (!l.complete[i] || pmck__step_path(path, sizeof(path), shared_dir, (uint64_t)l.step[i], leaf))
+	had_candidates |= n > 0;
+	ret = had_candidates ? PMCK_E_NONE_USABLE : PMCK_E_NO_CHECKPOINT;
+	for (size_t k = 0; k < n; k++) {
+		uint64_t step = (uint64_t)l.step[idx[k]];
+		if (pmck__step_path(path, sizeof(path), shared_dir, step, leaf))
 			continue;
 		/* import checks every tensor against the file's checksums before committing it */
-		if (pmck__safetensors_import(s, path, (uint64_t)l.step[i], 1) == 0 &&
+		if (pmck__safetensors_import(s, path, step, 1) == 0 &&
 		    pmck_store_recover(s, &rec) == 0) {
 			out->step = rec.step;
 			out->tier = PMCK_TIER_SHARED;
@@ -365,9 +436,13 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 		}
 		snprintf(why, sizeof(why), "%s", pmck_errormsg()); /* the newest failure, for the message */
 	}
+	free(idx);
 	pmck__free_steps(&l);
-	if (ret)
-		pma__err(ret, "no checkpoint: locally %s; no complete, verified step for rank %u in "
-				"%s (%s)", local_why, rank, shared_dir, why);
+	if (ret == PMCK_E_NONE_USABLE)
+		pma__err(ret, "checkpoints exist but none is usable: locally %s; no complete, verified "
+				"step for rank %u in %s (%s)", local_why, rank, shared_dir, why);
+	else if (ret)
+		pma__err(ret, "no checkpoint: locally %s; none of this layout in %s (%s)", local_why,
+				shared_dir, why);
 	return ret;
 }

@@ -81,6 +81,8 @@ pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
 		free(g);
 		return ret;
 	}
+	/* From now on every commit of this store records the job's world size and rank. */
+	s->world_tag = PMCK__WORLD_TAG(coll->size, coll->rank);
 	*out = g;
 	return 0;
 }
@@ -90,6 +92,7 @@ pmck_global_delete(struct pmck_global **gp)
 {
 	if (!gp || !*gp)
 		return;
+	(*gp)->store->world_tag = 0;
 	pthread_mutex_destroy(&(*gp)->lock);
 	free(*gp);
 	*gp = NULL;
@@ -245,9 +248,11 @@ pmck_global_agreed(struct pmck_global *g)
 #define NONE 0
 
 struct candidates {
-	int64_t local[2];  /* sealed steps of the slots, -1 none */
+	int64_t local[2];  /* sealed steps of the slots, -1 none (or another world size's) */
 	struct pmck__steps shared;
+	char *cand;        /* shared step i is a candidate */
 	int have_shared;
+	uint64_t gen;      /* generation of the candidates in shared */
 };
 
 static int
@@ -269,7 +274,7 @@ can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd,
 		if (cd->local[k] == (int64_t)step && pmck_store_recover_step(g->store, step, &rec) == 0)
 			return 1;
 	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
-		if (cd->shared.step[i] == (int64_t)step && cd->shared.complete[i] &&
+		if (cd->shared.step[i] == (int64_t)step && cd->cand[i] &&
 		    !shared_file(g, dir, step, path, sizeof(path)) &&
 		    pmck_safetensors_verify(path, NULL) == 0)
 			return 2;
@@ -286,10 +291,69 @@ newest_below(const struct candidates *cd, uint64_t below)
 		    (uint64_t)cd->local[k] + 1 > best)
 			best = (uint64_t)cd->local[k] + 1;
 	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
-		if (cd->shared.complete[i] && (uint64_t)cd->shared.step[i] + 1 < below &&
+		if (cd->cand[i] && (uint64_t)cd->shared.step[i] + 1 < below &&
 		    (uint64_t)cd->shared.step[i] + 1 > best)
 			best = (uint64_t)cd->shared.step[i] + 1;
 	return best;
+}
+
+/*
+ * This rank's candidates, and the world size of the newest checkpoint it
+ * sees if that is not this job's (0 if it is, or if none is recorded).
+ * Newest: the newest sealed local slot whose world size is recorded;
+ * failing that, the newest complete shared step of this layout by
+ * (generation, step).  Shared candidates are the steps of this layout and
+ * world size of the newest generation (the running lineage: an older run
+ * with larger step numbers must not win over a newer one); local
+ * candidates the slots not recorded with another world size.
+ */
+static unsigned
+find_candidates(struct pmck_global *g, const char *dir, struct candidates *cd, uint64_t *nfound)
+{
+	unsigned size = g->c.size, foreign = 0, w;
+	int64_t newest = -1;
+	int recorded = 0;
+
+	*nfound = 0;
+	for (unsigned k = 0; k < 2; k++) {
+		cd->local[k] = pmck_store_slot_step(g->store, k);
+		if (cd->local[k] < 0)
+			continue;
+		++*nfound;
+		int rec = pmck_store_slot_world(g->store, k, NULL, &w) == 0;
+		if (cd->local[k] > newest) {
+			newest = cd->local[k];
+			recorded = rec;
+			foreign = rec && w != size ? w : 0;
+		}
+		if (rec && w != size)
+			cd->local[k] = -1;
+	}
+	cd->have_shared = dir && pmck__list_steps(dir, &cd->shared) == 0;
+	if (!cd->have_shared)
+		return foreign;
+	size_t n = cd->shared.n;
+	size_t *idx = malloc((n + 1) * sizeof(*idx));
+	cd->cand = calloc(n + 1, 1);
+	if (!idx || !cd->cand) {
+		free(idx);
+		free(cd->cand);
+		cd->cand = NULL;
+		pmck__free_steps(&cd->shared);
+		cd->have_shared = 0;
+		return foreign;
+	}
+	uint64_t hash = pmck_store_layout_hash(g->store);
+	size_t m = pmck__order_ours(&cd->shared, hash, 0, idx);
+	*nfound += m;
+	if (m && !recorded && cd->shared.m[idx[0]].world_size != size)
+		foreign = cd->shared.m[idx[0]].world_size;
+	m = pmck__order_ours(&cd->shared, hash, size, idx);
+	cd->gen = m ? cd->shared.m[idx[0]].generation : 0;
+	for (size_t k = 0; k < m && cd->shared.m[idx[k]].generation == cd->gen; k++)
+		cd->cand[idx[k]] = 1;
+	free(idx);
+	return foreign;
 }
 
 int
@@ -304,9 +368,23 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	pthread_mutex_lock(&g->lock);
 	g->broken = 0;
 	pthread_mutex_unlock(&g->lock);
-	for (unsigned k = 0; k < 2; k++)
-		cd.local[k] = pmck_store_slot_step(g->store, k);
-	cd.have_shared = dir && pmck__list_steps(dir, &cd.shared) == 0;
+	uint64_t found, foreign = find_candidates(g, dir, &cd, &found);
+
+	/*
+	 * Before anything is loaded, discarded or removed: is the newest
+	 * checkpoint any rank sees one of another world size?  Then every rank
+	 * refuses (resharding is not pmckpt's business) and nothing changes.
+	 * Also: did any rank see a candidate at all (for the error code)?
+	 */
+	uint64_t any_foreign = foreign;
+	ret = reduce(g, &any_foreign, PMCK_REDUCE_MAX);
+	if (!ret)
+		ret = reduce(g, &found, PMCK_REDUCE_MAX);
+	if (!ret && any_foreign)
+		ret = pma__err(PMCK_E_WORLD_SIZE, "the newest checkpoint was written by %" PRIu64
+				" ranks, this job has %u: not recovered (nothing changed; resharding "
+				"is left to the caller)%s", any_foreign, g->c.size,
+				foreign ? "" : " [seen by another rank]");
 
 	/*
 	 * Agree on the newest step every rank can produce: start from the
@@ -317,7 +395,8 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	 */
 	uint64_t agreed = newest_below(&cd, UINT64_MAX);
 	int source = 0;
-	ret = reduce(g, &agreed, PMCK_REDUCE_MIN);
+	if (!ret)
+		ret = reduce(g, &agreed, PMCK_REDUCE_MIN);
 	while (!ret && agreed != NONE) {
 		source = can_produce(g, dir, &cd, agreed - 1);
 		uint64_t all = source ? 1 : 0;
@@ -329,9 +408,12 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		agreed = next;
 	}
 	if (!ret && agreed == NONE)
-		ret = pma__err(PMCK_E_NO_CHECKPOINT, "no step that every rank can produce (rank %u has "
-				"local steps %lld/%lld%s)", g->c.rank, (long long)cd.local[0],
-				(long long)cd.local[1], cd.have_shared ? " and the shared directory" : "");
+		ret = pma__err(found ? PMCK_E_NONE_USABLE : PMCK_E_NO_CHECKPOINT,
+				"%s (rank %u has local steps %lld/%lld%s)", found ?
+				"checkpoints exist but no step can be produced by every rank" :
+				"nothing was saved: no rank has a checkpoint", g->c.rank,
+				(long long)cd.local[0], (long long)cd.local[1],
+				cd.have_shared ? " and the shared directory" : "");
 	uint64_t step = agreed - 1;
 
 	/* Load it: newer local slots were never global and are discarded first. */
@@ -357,18 +439,29 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	if (!ret && cret)
 		ret = cret;
 	else if (!ret && !ok)
-		ret = pma__err(PMCK_E_NO_CHECKPOINT, "another rank could not load step %" PRIu64, step);
+		ret = pma__err(PMCK_E_NONE_USABLE, "another rank could not load step %" PRIu64, step);
 
-	/* Rank 0 drops newer steps from the shared directory: they are leftovers. */
-	if (!ret && g->c.rank == 0 && cd.have_shared)
-		for (size_t i = 0; i < cd.shared.n; i++)
-			if (cd.shared.step[i] > (int64_t)step) {
+	/*
+	 * Rank 0 drops newer steps of this run from the shared directory: they
+	 * are leftovers (incomplete, or complete steps of this lineage that
+	 * some rank could not produce).  Another layout's or world size's
+	 * steps, and older generations, are not this recovery's to remove.
+	 */
+	if (!ret && g->c.rank == 0 && cd.have_shared) {
+		uint64_t hash = pmck_store_layout_hash(g->store);
+		for (size_t i = 0; i < cd.shared.n; i++) {
+			int ours = pmck__step_ours(&cd.shared, i, hash, g->c.size) &&
+				   cd.shared.m[i].generation == cd.gen;
+			if (cd.shared.step[i] > (int64_t)step && (!cd.shared.complete[i] || ours)) {
 				char name[64];
 				snprintf(name, sizeof(name), "step-%012" PRId64, cd.shared.step[i]);
 				pmck__remove_step(dir, name);
 			}
+		}
+	}
 	if (cd.have_shared)
 		pmck__free_steps(&cd.shared);
+	free(cd.cand);
 	if (!ret) {
 		int bret = g->c.barrier(g->c.ctx);
 		if (bret)

@@ -37,12 +37,16 @@ struct store_hdr {
 /*
  * One per slot, each in its own cache line.  seal == step + 1 says the slot
  * holds a complete checkpoint of `step`; 0 says it does not.  Keeping the
- * step twice lets recovery reject a seal damaged on media.
+ * step twice lets recovery reject a seal damaged on media.  `world` is
+ * written with the step (persist point 2 of commit); stores made before it
+ * existed hold 0 there (the meta allocation is zeroed), read as "not
+ * recorded".
  */
 struct slot_hdr {
 	uint64_t seal;
 	uint64_t step;
-	uint64_t reserved[6];
+	uint64_t world;        /* (world size << 32) | rank of the global job that committed it; 0: none */
+	uint64_t reserved[5];
 };
 
 /* One tensor of the map, in declaration order (index = tensor index). */
@@ -85,6 +89,7 @@ struct pmck_store {
 	int bad[2];                 /* slot failed verification: holds nothing worth keeping */
 	int verified;               /* recover ran (or the store is new): bad[] is known */
 	int in_flight;
+	uint64_t world_tag;         /* written into slot_hdr.world at commit (set by pmck_global_new) */
 	struct pmck_ckpt ckpt;
 	/* Slots being read by a copier: begin must not overwrite them (see pmck__slot_pin). */
 	pthread_mutex_t pin_lock;
@@ -127,18 +132,45 @@ int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_
 		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes);
 /* safetensors.c: pmck_safetensors_import; with exact_step the file's own step must be `step`. */
 int pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, int exact_step);
+/* safetensors.c: the layout hash in the __metadata__ of a pmckpt file; -ENOENT if it has none. */
+int pmck__safetensors_layout(const char *path, uint64_t *hash);
 /* safetensors.c: fsync of a directory, so a rename or unlink in it is durable. */
 int pmck__fsync_dir(const char *dir);
 
-/* shared_dir.c: a shared directory's steps, newest first, and whether each is complete. */
+/*
+ * shared_dir.c: a shared directory's steps, newest first by step number,
+ * whether each is complete, and what its COMPLETE marker says.  A marker
+ * written before generations existed has step and world_size only: its
+ * generation is 0 and its layout hash is read from the step's rank-0 file
+ * (has_layout 0 if that cannot be read).
+ */
 #define PMCK_MARKER "COMPLETE"
+struct pmck__marker {
+	uint64_t layout_hash;
+	uint64_t generation;
+	unsigned world_size;
+	int has_layout;
+};
 struct pmck__steps {
 	int64_t *step;
 	int *complete;
+	struct pmck__marker *m; /* valid where complete */
 	size_t n;
 };
 int pmck__list_steps(const char *dir, struct pmck__steps *l);
 void pmck__free_steps(struct pmck__steps *l);
+/* 1 and *m if DIR/step-<step> is complete, else 0. */
+int pmck__step_marker(const char *dir, uint64_t step, struct pmck__marker *m);
+/* Complete step i is this job's lineage: same layout and world size (0: any world size). */
+int pmck__step_ours(const struct pmck__steps *l, size_t i, uint64_t layout_hash, unsigned world);
+/*
+ * Indices of the steps for which pmck__step_ours holds, newest first by
+ * (generation, step), into idx (l->n entries); returns how many.
+ */
+size_t pmck__order_ours(const struct pmck__steps *l, uint64_t layout_hash, unsigned world,
+		size_t *idx);
+/* Writes DIR/step-<step>/COMPLETE atomically with the marker's fields. */
+int pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m);
 /* DIR/step-<step>[/leaf] into buf; -ENAMETOOLONG. */
 int pmck__step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf);
 /* Removes DIR/<name> (a step directory), marker first, and fsyncs DIR. */
@@ -174,6 +206,10 @@ pmck__sealed_step(const struct pmck_store *s, unsigned k)
 		return -1;
 	return (int64_t)s->slot[k]->step;
 }
+
+#define PMCK__WORLD_TAG(size, rank) (((uint64_t)(size) << 32) | (uint32_t)(rank))
+#define PMCK__TAG_SIZE(tag) ((unsigned)((tag) >> 32))
+#define PMCK__TAG_RANK(tag) ((unsigned)((tag) & 0xffffffffu))
 
 /* Completes the agreement in flight (global.c): pmck_global_begin without the begin. */
 int pmck__global_complete(struct pmck_global *g);

@@ -85,7 +85,7 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 		*info = r;
 	if (s->readable_slot < 0) {
 		if (r.rejected)
-			return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s': no checkpoint verifies "
+			return pma__err(PMCK_E_NONE_USABLE, "store '%s': no checkpoint verifies "
 					"(step %llu fails at tensor '%s')", s->name,
 					(unsigned long long)r.rejected_step, r.rejected_tensor);
 		return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s' holds no complete checkpoint",
@@ -101,6 +101,23 @@ pmck_store_slot_step(const struct pmck_store *s, unsigned k)
 }
 
 int
+pmck_store_slot_world(const struct pmck_store *s, unsigned k, unsigned *rank, unsigned *world_size)
+{
+	if (k > 1)
+		return pma__err(-ERANGE, "slot %u: a store has slots 0 and 1", k);
+	uint64_t tag = s->slot[k]->world;
+	if (pmck__sealed_step(s, k) < 0 || PMCK__TAG_SIZE(tag) == 0)
+		return pma__err(-ENOENT, "store '%s': slot %u %s", s->name, k,
+				pmck__sealed_step(s, k) < 0 ? "holds no complete checkpoint"
+							    : "records no world size");
+	if (rank)
+		*rank = PMCK__TAG_RANK(tag);
+	if (world_size)
+		*world_size = PMCK__TAG_SIZE(tag);
+	return 0;
+}
+
+int
 pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
 {
 	if (s->in_flight)
@@ -110,7 +127,7 @@ pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recover
 			continue;
 		int64_t bad = verify_slot(s, k);
 		if (bad >= 0)
-			return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s': step %llu fails at tensor "
+			return pma__err(PMCK_E_NONE_USABLE, "store '%s': step %llu fails at tensor "
 					"'%s'", s->name, (unsigned long long)step, s->tmap[bad].name);
 		s->readable_slot = (int)k;
 		s->verified = 1;

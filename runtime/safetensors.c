@@ -481,6 +481,20 @@ pmck_safetensors_verify(const char *path, struct pmck_file_info *info)
 	return ret;
 }
 
+int
+pmck__safetensors_layout(const char *path, uint64_t *hash)
+{
+	struct st_file f;
+	int ret = st_open(path, &f);
+
+	if (!ret && !f.has_layout)
+		ret = pma__err(-ENOENT, "%s carries no layout_hash", path);
+	if (!ret)
+		*hash = f.layout_hash;
+	st_close(&f);
+	return ret;
+}
+
 static int
 same_dtype(enum pmck_dtype a, enum pmck_dtype b)
 {

@@ -4,9 +4,20 @@
  *
  *   DIR/step-<12+ digits>/rank-<5 digits>.safetensors
  *   DIR/step-<...>/COMPLETE        written last: the step is whole
+ *
+ * COMPLETE is one JSON object:
+ *
+ *   {"step": 42, "world_size": 4, "layout_hash": "<16 hex digits>", "generation": 3}
+ *
+ * The generation numbers the runs (copiers) that wrote into the directory
+ * with one layout: a copier takes 1 + the largest generation it finds for
+ * its layout.  Markers written before it existed hold step and world_size
+ * only: generation 0, layout from the step's rank-0 file.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -63,6 +74,49 @@ pmck__remove_step(const char *dir, const char *name)
 }
 
 static int
+json_u64(json_object *root, const char *key, uint64_t *v)
+{
+	json_object *o;
+	if (!json_object_object_get_ex(root, key, &o) || !json_object_is_type(o, json_type_int) ||
+	    json_object_get_int64(o) < 0)
+		return -1;
+	*v = (uint64_t)json_object_get_int64(o);
+	return 0;
+}
+
+/*
+ * What the COMPLETE marker at `path` says.  An unreadable marker leaves
+ * has_layout 0: such a step belongs to no layout, so retention never
+ * removes it (only `pmckpt clean` does).
+ */
+static void
+read_marker(const char *dir, uint64_t step, const char *path, struct pmck__marker *m)
+{
+	json_object *root = json_object_from_file(path), *o;
+	uint64_t v;
+	char file[PATH_MAX];
+
+	memset(m, 0, sizeof(*m));
+	if (!root || !json_object_is_type(root, json_type_object)) {
+		json_object_put(root);
+		return;
+	}
+	m->world_size = json_u64(root, "world_size", &v) == 0 && v > 0 && v <= UINT32_MAX
+			? (unsigned)v : 1;
+	m->generation = json_u64(root, "generation", &v) == 0 ? v : 0;
+	if (json_object_object_get_ex(root, "layout_hash", &o) && json_object_is_type(o, json_type_string)) {
+		char *end;
+		errno = 0;
+		m->layout_hash = strtoull(json_object_get_string(o), &end, 16);
+		m->has_layout = !errno && !*end && end != json_object_get_string(o);
+	} else if (!pmck__step_path(file, sizeof(file), dir, step, "rank-00000.safetensors")) {
+		/* A marker of an older pmckpt: every rank's file carries the layout hash. */
+		m->has_layout = pmck__safetensors_layout(file, &m->layout_hash) == 0;
+	}
+	json_object_put(root);
+}
+
+static int
 cmp_desc(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -97,12 +151,89 @@ pmck__list_steps(const char *dir, struct pmck__steps *l)
 		return pma__err(-ENOMEM, "out of memory");
 	qsort(l->step, l->n, sizeof(*l->step), cmp_desc);
 	l->complete = calloc(l->n + 1, sizeof(*l->complete));
-	if (!l->complete)
+	l->m = calloc(l->n + 1, sizeof(*l->m));
+	if (!l->complete || !l->m) {
+		pmck__free_steps(l);
 		return pma__err(-ENOMEM, "out of memory");
-	for (size_t i = 0; i < l->n; i++)
+	}
+	for (size_t i = 0; i < l->n; i++) {
 		l->complete[i] = !pmck__step_path(path, sizeof(path), dir, (uint64_t)l->step[i], PMCK_MARKER) &&
 				 stat(path, &st) == 0;
+		if (l->complete[i])
+			read_marker(dir, (uint64_t)l->step[i], path, &l->m[i]);
+	}
 	return 0;
+}
+
+int
+pmck__step_marker(const char *dir, uint64_t step, struct pmck__marker *m)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	memset(m, 0, sizeof(*m));
+	if (pmck__step_path(path, sizeof(path), dir, step, PMCK_MARKER) || stat(path, &st))
+		return 0;
+	read_marker(dir, step, path, m);
+	return 1;
+}
+
+int
+pmck__step_ours(const struct pmck__steps *l, size_t i, uint64_t layout_hash, unsigned world)
+{
+	return l->complete[i] && l->m[i].has_layout && l->m[i].layout_hash == layout_hash &&
+	       (!world || l->m[i].world_size == world);
+}
+
+/* Is step i newer than step j: (generation, step) compared in that order. */
+static int
+newer(const struct pmck__steps *l, size_t i, size_t j)
+{
+	if (l->m[i].generation != l->m[j].generation)
+		return l->m[i].generation > l->m[j].generation;
+	return l->step[i] > l->step[j];
+}
+
+size_t
+pmck__order_ours(const struct pmck__steps *l, uint64_t layout_hash, unsigned world, size_t *idx)
+{
+	size_t n = 0;
+
+	/* Insertion sort: the list is already ordered by step, so runs of one generation stay put. */
+	for (size_t i = 0; i < l->n; i++) {
+		if (!pmck__step_ours(l, i, layout_hash, world))
+			continue;
+		size_t k = n++;
+		for (; k > 0 && newer(l, i, idx[k - 1]); k--)
+			idx[k] = idx[k - 1];
+		idx[k] = i;
+	}
+	return n;
+}
+
+int
+pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m)
+{
+	char tmp[PATH_MAX + 32], path[PATH_MAX + 32], text[192];
+	snprintf(path, sizeof(path), "%s/" PMCK_MARKER, stepdir);
+	snprintf(tmp, sizeof(tmp), "%s/." PMCK_MARKER ".tmp", stepdir);
+	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u, "
+			"\"layout_hash\": \"%016" PRIx64 "\", \"generation\": %" PRIu64 "}\n",
+			step, m->world_size, m->layout_hash, m->generation);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+	/* The marker's bytes are durable (fsync) before its name appears (rename). */
+	int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+	int err = errno;
+	close(fd);
+	if (!ok || rename(tmp, path)) {
+		err = ok ? errno : err;
+		unlink(tmp);
+		return pma__err(-err, "write %s: %s", path, strerror(err));
+	}
+	/* The rename is durable: from here on the step is complete for every reader. */
+	return pmck__fsync_dir(stepdir);
 }
 
 void
@@ -110,6 +241,8 @@ pmck__free_steps(struct pmck__steps *l)
 {
 	free(l->step);
 	free(l->complete);
+	free(l->m);
+	memset(l, 0, sizeof(*l));
 }
 
 

@@ -13,92 +13,14 @@
 
 #include "pmckpt.h"
 #include "tap.h"
+#include "inproc_coll.h"
 
 #define RANKS 3
-#define ROUNDS 64 /* reductions that may be in flight at once, per world */
 #define BYTES (3u << 20)
-
-/* ------------------------------------------------ in-process collectives */
-
-struct round {
-	uint64_t acc;
-	unsigned arrived, left; /* contributions; ranks that have not read the result */
-};
-
-struct world {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct round round[ROUNDS];
-	int fail_tests; /* completing a reduction fails (a dead peer, say) */
-};
-
-struct member {
-	struct world *w;
-	uint64_t seq; /* this rank's next reduction: every rank issues them in one order */
-};
-
-static int
-iar_start(void *ctx, uint64_t v, enum pmck_reduce_op op, void **req)
-{
-	struct member *m = ctx;
-	uint64_t seq = m->seq++;
-	struct round *r = &m->w->round[seq % ROUNDS];
-
-	pthread_mutex_lock(&m->w->lock);
-	if (r->arrived == 0)
-		r->acc = v;
-	else
-		r->acc = op == PMCK_REDUCE_MIN ? (v < r->acc ? v : r->acc) : (v > r->acc ? v : r->acc);
-	if (++r->arrived == RANKS)
-		r->left = RANKS;
-	pthread_cond_broadcast(&m->w->cond);
-	pthread_mutex_unlock(&m->w->lock);
-	*req = (void *)(uintptr_t)seq;
-	return 0;
-}
-
-static int
-iar_test(void *ctx, void *req, int wait, int *done, uint64_t *result)
-{
-	struct member *m = ctx;
-	struct round *r = &m->w->round[(uintptr_t)req % ROUNDS];
-	int ret = 0;
-
-	pthread_mutex_lock(&m->w->lock);
-	while (wait && r->arrived < RANKS)
-		pthread_cond_wait(&m->w->cond, &m->w->lock);
-	*done = r->arrived == RANKS;
-	if (*done) {
-		*result = r->acc;
-		if (--r->left == 0)
-			r->arrived = 0;
-		if (m->w->fail_tests)
-			ret = -EPIPE;
-	}
-	pthread_mutex_unlock(&m->w->lock);
-	return ret;
-}
-
-static int
-allreduce(void *ctx, uint64_t *v, enum pmck_reduce_op op)
-{
-	void *req;
-	int done;
-
-	iar_start(ctx, *v, op, &req);
-	return iar_test(ctx, req, 1, &done, v);
-}
-
-static int
-barrier(void *ctx)
-{
-	uint64_t v = 0;
-	return allreduce(ctx, &v, PMCK_REDUCE_MIN);
-}
 
 /* ------------------------------------------------------------ ranks */
 
-static struct world world = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, 0};
+static struct world world = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, 0, RANKS};
 static struct pmck_tensor_desc desc = {.name = "w", .dtype = PMCK_DTYPE_U8, .ndim = 1,
 		.shape = {BYTES}};
 static char dir[512];

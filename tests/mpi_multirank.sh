@@ -3,7 +3,8 @@
 # kill -9 one rank (or, every 5th trial, all of them) at random moments; after
 # restart every rank must recover the same step, bit-exact against what it wrote,
 # never older than the last step rank 0 reported globally committed.  Then a
-# replaced node (its ramdisk store deleted) and ranks with different layouts.
+# replaced node (its ramdisk store deleted), restarts with 2 and 5 ranks (refused: another world
+# size) and ranks with different layouts.
 # MPI_TRIALS=N sets the number of kill trials (default 50).
 B=${BUILD:-build}
 PROG=$B/tests/mpi/mpi_ckpt
@@ -96,6 +97,29 @@ if echo "$out" | grep -q '^rank 2 step [0-9]* tier shared ok$' &&
 	ok "replaced node: rank 2 loads from the shared directory, all ranks on one step ($(echo "$out" | sed -n 's/^rank 2 step \([0-9]*\).*/\1/p'))"
 else
 	notok "replaced node"
+	echo "$out" | sed 's/^/# /'
+fi
+
+# Another world size (issue #24): 4 -> 2 and 4 -> 5 are refused on every rank, naming both
+# sizes, and nothing in the shared directory changes; then 4 ranks recover the same step as before.
+snap() { (cd "$DIR/shared" && find . -type f | sort | xargs -r stat -c '%n %s %Y') 2>/dev/null; }
+was=$(echo "$out" | sed -n 's/^rank 0 step \([0-9]*\) .*/\1/p')
+before=$(snap)
+for np in 2 5; do
+	out=$(timeout 120 mpirun -np $np --oversubscribe "$PROG" recover "$DIR" 2>&1)
+	if [ "$(echo "$out" | grep -c "none: the newest checkpoint was written by 4 ranks, this job has $np")" = $np ] &&
+	   [ "$(snap)" = "$before" ]; then
+		ok "4 -> $np ranks: every rank refuses with both sizes named, the shared directory is unchanged"
+	else
+		notok "4 -> $np ranks"
+		echo "$out" | sed 's/^/# /'
+	fi
+done
+out=$($MPIRUN "$PROG" recover "$DIR" 2>&1)
+if [ "$(echo "$out" | grep -c "^rank [0-9] step $was tier local ok$")" = 4 ]; then
+	ok "4 ranks again: all recover step $was from their local slots (nothing was discarded)"
+else
+	notok "4 ranks again after the refused restarts (expected step $was)"
 	echo "$out" | sed 's/^/# /'
 fi
 

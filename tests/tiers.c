@@ -13,6 +13,7 @@
  *   - newest step incomplete and the next one corrupt: SHARED falls back to
  *     the newest complete step whose file verifies;
  *   - nothing anywhere: PMCK_E_NO_CHECKPOINT with both tiers' reasons;
+ *     steps of this layout but no file of the rank: PMCK_E_NONE_USABLE;
  *   - both local slots damaged while the shared directory holds only older
  *     steps: SHARED with the newest complete step.
  */
@@ -195,8 +196,8 @@ main(void)
 	fmtp(path, sizeof(path), "%s/missing", sd);
 	is_int(pmck_recover_tiers(l.store, path, 0, &tr), PMCK_E_NO_CHECKPOINT,
 			"missing shared directory: PMCK_E_NO_CHECKPOINT (%s)", pmck_errormsg());
-	is_int(pmck_recover_tiers(l.store, dir, 1, &tr), PMCK_E_NO_CHECKPOINT,
-			"no files of rank 1: PMCK_E_NO_CHECKPOINT (%s)", pmck_errormsg());
+	is_int(pmck_recover_tiers(l.store, dir, 1, &tr), PMCK_E_NONE_USABLE,
+			"steps of this layout, but no files of rank 1: PMCK_E_NONE_USABLE (%s)", pmck_errormsg());
 
 	/* 6. Both local slots damaged (steps 3, 4), the shared directory holds steps 1, 2. */
 	lose_ramdisk(&l);

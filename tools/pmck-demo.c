@@ -676,7 +676,9 @@ main(int argc, char **argv)
 	ret = pmck_store_recover(s, &rec);
 	double t_rec = tool_now() - t0;
 	if (ret) {
-		fprintf(stderr, "pmck-demo: recover: %s\n", pmck_errormsg());
+		fprintf(stderr, "pmck-demo: recover: %s%s\n", pmck_errormsg(),
+				ret == PMCK_E_NONE_USABLE ? " (checkpoints were committed but none "
+				"verifies: data lost)" : "");
 		printf("FAIL\n");
 		goto out;
 	}

@@ -23,12 +23,16 @@
  * its newest sealed slot, and the older one if that fails) and marks the
  * slot it verified and any it rejected.
  *
- * Cleaning: there is no public cleaning call, so `clean` applies
- * the rules of the copier's start-up (runtime/copyout.c) to the documented
- * directory layout: keep the newest K complete steps (those with a
- * COMPLETE marker), remove older complete steps and every incomplete step
- * (and temporary files).  Like the copier's start-up, it assumes no copier
- * is writing to DIR meanwhile.
+ * Cleaning: there is no public cleaning call, so `clean` applies its
+ * rules to the documented directory layout: keep the K complete steps
+ * with the largest step numbers (those with a COMPLETE marker), remove
+ * older complete steps and every incomplete step (and temporary files).
+ * Unlike the copier's retention (runtime/copyout.c), which only ever
+ * removes steps of its own layout and world size and orders runs by their
+ * generation, `clean` is the explicit removal: it looks at every step,
+ * whatever layout, world size or run wrote it (`list --dir` shows each
+ * step's layout hash, world size and generation).  Like the copier's
+ * start-up, it assumes no copier is writing to DIR meanwhile.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -493,6 +497,8 @@ struct dstep {
 	char name[NAME_MAX + 1];
 	int complete;
 	long world_size;   /* from the marker; -1 unreadable */
+	char layout[24];   /* the marker's layout_hash; "" if it has none (older pmckpt) */
+	uint64_t generation; /* the marker's run generation; 0 if it has none */
 	uint64_t bytes;
 	struct dfile *f;
 	size_t nf;
@@ -538,20 +544,26 @@ ends_with(const char *s, const char *suffix)
 	return a >= b && !strcmp(s + a - b, suffix);
 }
 
-static long
-marker_world(const char *path)
+/* The marker's world size (-1 unreadable), layout hash and generation (see include/pmckpt.h). */
+static void
+read_marker(const char *path, struct dstep *s)
 {
 	json_object *m = json_object_from_file(path), *w;
-	long v = -1;
 
+	s->world_size = -1;
 	if (m && json_object_is_type(m, json_type_object)) {
 		if (!json_object_object_get_ex(m, "world_size", &w))
-			v = 1;
+			s->world_size = 1;
 		else if (json_object_is_type(w, json_type_int) && json_object_get_int64(w) > 0)
-			v = (long)json_object_get_int64(w);
+			s->world_size = (long)json_object_get_int64(w);
+		if (json_object_object_get_ex(m, "layout_hash", &w) &&
+		    json_object_is_type(w, json_type_string))
+			fmt(s->layout, sizeof(s->layout), "%.16s", json_object_get_string(w));
+		if (json_object_object_get_ex(m, "generation", &w) &&
+		    json_object_is_type(w, json_type_int) && json_object_get_int64(w) >= 0)
+			s->generation = (uint64_t)json_object_get_int64(w);
 	}
 	json_object_put(m);
-	return v;
 }
 
 static int
@@ -629,7 +641,7 @@ scan_dir(const char *dir, struct dlist *l)
 				continue;
 			if (!strcmp(de->d_name, MARKER)) {
 				s->complete = 1;
-				s->world_size = marker_world(fp);
+				read_marker(fp, s);
 			}
 			if (s->nf == fcap) {
 				struct dfile *f = realloc(s->f, (fcap = fcap ? 2 * fcap : 8) * sizeof(*f));
@@ -689,6 +701,9 @@ cmd_list_dir(const struct opts *o)
 			json_object_object_add(so, "complete", json_object_new_boolean(s->complete));
 			json_object_object_add(so, "world_size",
 					s->world_size > 0 ? ju64((uint64_t)s->world_size) : NULL);
+			json_object_object_add(so, "layout_hash", s->complete && s->layout[0] ?
+					json_object_new_string(s->layout) : NULL);
+			json_object_object_add(so, "generation", s->complete ? ju64(s->generation) : NULL);
 			json_object_object_add(so, "bytes", ju64(s->bytes));
 			for (size_t k = 0; k < s->nf; k++) {
 				const struct dfile *f = &s->f[k];
@@ -711,7 +726,8 @@ cmd_list_dir(const struct opts *o)
 			const struct dstep *s = &l.s[i];
 			printf("step %" PRIu64 ": %s", s->step, s->complete ? "complete" : "INCOMPLETE");
 			if (s->complete && s->world_size > 0)
-				printf(", world size %ld", s->world_size);
+				printf(", world size %ld, layout %s, generation %" PRIu64, s->world_size,
+						s->layout[0] ? s->layout : "unrecorded", s->generation);
 			else if (s->complete)
 				printf(", unreadable marker");
 			printf(", %zu file%s, %s\n", s->nf, s->nf == 1 ? "" : "s",
@@ -1067,8 +1083,9 @@ cmd_import(const struct opts *o)
 	if ((ret = import_target(o, &h, &s)))
 		return ret;
 	/* The file's own step wins (pmck_safetensors_import); else --step, else newest + 1. */
+	/* Importing over slots that all fail verification is a repair: allowed. */
 	int r = pmck_store_recover(s, &rec);
-	if (r && r != PMCK_E_NO_CHECKPOINT) {
+	if (r && r != PMCK_E_NO_CHECKPOINT && r != PMCK_E_NONE_USABLE) {
 		ret = fail("%s: %s", o->pool, pmck_errormsg());
 		goto out;
 	}

@@ -11,7 +11,8 @@ See docs/python.md.
 """
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
                      UnsupportedObjectError, MetadataTooLargeError, BusyError,
-                     NotAPoolError, TruncatedError, SourceChangedError)
+                     NotAPoolError, TruncatedError, SourceChangedError,
+                     CheckpointsUnusableError, WorldSizeError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -31,7 +32,8 @@ def gpu_unavailable_reason(device=0):
     return None if _lib.lib.pmck_gpu_available(device) == 0 else _lib.errormsg()
 
 
-__all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "LayoutError", "CorruptError",
+__all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnusableError",
+           "WorldSizeError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
            "NotAPoolError", "TruncatedError", "SourceChangedError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",

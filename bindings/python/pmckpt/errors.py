@@ -12,6 +12,8 @@ PMCK_E_NO_CHECKPOINT = -100101
 PMCK_E_LAYOUT = -100102
 PMCK_E_CORRUPT = -100103
 PMCK_E_VERSION = -100104
+PMCK_E_NONE_USABLE = -100105
+PMCK_E_WORLD_SIZE = -100106
 PMCK_E_SOURCE_CHANGED = -100120
 
 
@@ -28,7 +30,20 @@ class Error(Exception):
 
 
 class NoCheckpointError(Error):
-    """No complete, verified checkpoint to load (PMCK_E_NO_CHECKPOINT)."""
+    """Nothing was ever saved here: a fresh start (PMCK_E_NO_CHECKPOINT)."""
+
+
+class CheckpointsUnusableError(Error):
+    """Checkpoints exist but every one was rejected (PMCK_E_NONE_USABLE): data
+    was lost.  A sibling of NoCheckpointError, not a subclass, so that code
+    that starts from scratch on NoCheckpointError does not do so silently
+    here."""
+
+
+class WorldSizeError(Error):
+    """The checkpoints were written by a job of another world size
+    (PMCK_E_WORLD_SIZE); nothing was loaded or changed.  Resharding is left
+    to the caller (torch.distributed.checkpoint, say)."""
 
 
 class LayoutError(Error):
@@ -73,6 +88,8 @@ class BusyError(Error):
 
 _BY_CODE = {
     PMCK_E_NO_CHECKPOINT: NoCheckpointError,
+    PMCK_E_NONE_USABLE: CheckpointsUnusableError,
+    PMCK_E_WORLD_SIZE: WorldSizeError,
     PMCK_E_LAYOUT: LayoutError,
     PMCK_E_CORRUPT: CorruptError,
     PMA_E_CORRUPT: CorruptError,

@@ -142,12 +142,58 @@ def layout_of_file(path, header=None):
 _STEP = re.compile(r"^step-(\d+)$")
 
 
-def newest_shared_file(shared_dir, rank):
-    """The newest complete step's file for `rank` in a copy-out directory, or None."""
+def read_marker(step_dir):
+    """What a step's COMPLETE marker says ({"step", "world_size", "layout_hash",
+    "generation"}; markers of older versions lack the last two), or None if
+    the step is incomplete or its marker unreadable."""
+    try:
+        with open(os.path.join(step_dir, "COMPLETE")) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def shared_steps(shared_dir):
+    """The complete steps of a copy-out directory as (generation, step, world_size,
+    step_dir), newest first by (generation, step) as the library orders one
+    layout's runs (markers without a generation count as 0)."""
     try:
         names = os.listdir(shared_dir)
     except FileNotFoundError:
-        return None
+        return []
+    out = []
+    for n in names:
+        m = _STEP.match(n)
+        if not m:
+            continue
+        d = os.path.join(shared_dir, n)
+        mk = read_marker(d)
+        if mk is None:
+            continue
+        gen = mk.get("generation", 0)
+        world = mk.get("world_size", 1)
+        out.append((gen if isinstance(gen, int) else 0, int(m.group(1)),
+                    world if isinstance(world, int) else 1, d))
+    out.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return out
+
+
+def newest_shared_file(shared_dir, rank, world_size=None):
+    """The newest complete step's file for `rank` in a copy-out directory (by
+    generation, then step), or None; with world_size, only steps of that
+    world size."""
+    for _, _, world, d in shared_steps(shared_dir):
+        if world_size is not None and world != world_size:
+            continue
+        f = os.path.join(d, f"rank-{rank:05d}.safetensors")
+        if os.path.exists(f):
+            try:
+                read_header(f)
+                return f
+            except CorruptError:
+                continue
+    return None
     steps = sorted((int(m.group(1)), n) for n in names if (m := _STEP.match(n)))
     for _, n in reversed(steps):
         d = os.path.join(shared_dir, n)

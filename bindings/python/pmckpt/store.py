@@ -15,7 +15,8 @@ from ._state import (META_NAME, FORMAT, Decoder, Flattener, Layout, blob_capacit
                      dense_permutation, make_blob, module_prefix, parse_blob, tree_names,
                      torch_dtype, _PMCK_TO_TORCH)
 from .errors import (Error, LayoutError, MetadataTooLargeError, NoCheckpointError,
-                     CorruptError, PMCK_E_NO_CHECKPOINT, PMA_E_NOT_POOL, error_for)
+                     CorruptError, WorldSizeError, PMCK_E_NO_CHECKPOINT, PMCK_E_NONE_USABLE,
+                     PMCK_E_WORLD_SIZE, PMA_E_NOT_POOL, error_for)
 
 _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
                 "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
@@ -599,7 +600,7 @@ class Store:
             self._newest = max(self._newest or 0, rec.step)
             return
         msg = _lib.errormsg()
-        if rc == PMCK_E_NO_CHECKPOINT and self.shared_dir:
+        if rc in (PMCK_E_NO_CHECKPOINT, PMCK_E_NONE_USABLE) and self.shared_dir:
             return self._recover_tiers()
         raise error_for(rc, msg)
 
@@ -609,12 +610,24 @@ class Store:
         replaced, ramdisk lost) creates it from its newest shared file first."""
         if self._h is None:
             self._h = self._open_existing()
+        foreign = 0
         if self._h is None and self.shared_dir:
-            from .safetensors import newest_shared_file, layout_of_file
-            path = newest_shared_file(self.shared_dir, self.rank)
-            if path is not None:
-                self._open_write(layout_of_file(path))
+            from .safetensors import newest_shared_file, layout_of_file, shared_steps
+            steps = shared_steps(self.shared_dir)
+            if steps and steps[0][2] != self.world_size:
+                # The newest step is another world size's: create nothing (no pool file).
+                foreign = steps[0][2]
+            else:
+                path = newest_shared_file(self.shared_dir, self.rank, self.world_size)
+                if path is not None:
+                    self._open_write(layout_of_file(path))
         # Collective from here on: a rank with nothing must not leave the others waiting.
+        foreign = self._coll.allreduce(foreign, _lib.REDUCE_MAX)
+        if foreign:
+            raise WorldSizeError(
+                f"the newest checkpoint in {self.shared_dir} was written by {foreign} ranks, "
+                f"this job has {self.world_size}: not recovered, nothing created (resharding "
+                f"is left to torch.distributed.checkpoint)", PMCK_E_WORLD_SIZE)
         if not self._coll.allreduce(1 if self._h is not None else 0):
             raise NoCheckpointError(
                 f"some rank of the {self.world_size} has neither a store nor a shared file "

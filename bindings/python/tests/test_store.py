@@ -413,8 +413,15 @@ def test_corrupted_slot():
     _, off1, _ = slot_address("corrupt", 1 - newest, "optim/state/1/exp_avg")
     flip(path, off1 + 4)
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
-        T.raises("both slots corrupted: NoCheckpointError",
-                 pmckpt.NoCheckpointError, s.load, match="no checkpoint verifies")
+        T.raises("both slots corrupted: CheckpointsUnusableError (data lost, not a fresh start)",
+                 pmckpt.CheckpointsUnusableError, s.load, match="no checkpoint verifies")
+        e = None
+        try:
+            s.load()
+        except pmckpt.CheckpointsUnusableError as err:
+            e = err
+        if e is None or isinstance(e, pmckpt.NoCheckpointError) or e.code != -100105:
+            return f"both slots corrupted: {e!r} is not a sibling of NoCheckpointError with code -100105"
     flip(path, meta_off + 16)  # the store header's data_size
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
         T.raises("corrupted store header: CorruptError", pmckpt.CorruptError, s.load)
@@ -424,6 +431,19 @@ def test_no_checkpoint():
     with pmckpt.Store(name="nothing-here", ramdisk=D) as s:
         T.raises("load of a store that does not exist: NoCheckpointError",
                  pmckpt.NoCheckpointError, s.load, match="nothing-here")
+
+
+def test_error_codes():
+    """Each recovery code has its own exception; the two 'nothing to load' ones are siblings."""
+    from pmckpt.errors import error_for
+    for code, cls in ((-100101, pmckpt.NoCheckpointError),
+                      (-100105, pmckpt.CheckpointsUnusableError),
+                      (-100106, pmckpt.WorldSizeError)):
+        e = error_for(code, "m")
+        if type(e) is not cls or e.code != code:
+            return f"code {code}: {type(e).__name__}, expected {cls.__name__}"
+    if issubclass(pmckpt.CheckpointsUnusableError, pmckpt.NoCheckpointError):
+        return "CheckpointsUnusableError must not be caught by except NoCheckpointError"
 
 
 def test_interrupted_creation():
@@ -603,6 +623,8 @@ T.run("another layout: LayoutError, the previous checkpoint loads", test_other_l
 T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
       test_corrupted_slot)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldSizeError",
+      test_error_codes)
 T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
 T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)

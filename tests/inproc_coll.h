@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * inproc_coll.h -- pmckpt collectives between threads of one process
+ * (ranks as threads), for the multi-rank tests without MPI.  A struct
+ * world is one group of `size` ranks; each rank has a struct member.
+ * Reductions are matched by their sequence number per rank, so every rank
+ * must issue them in the same order (as MPI requires).
+ */
+#ifndef PMCK_INPROC_COLL_H
+#define PMCK_INPROC_COLL_H 1
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "pmckpt.h"
+
+#define ROUNDS 64 /* reductions that may be in flight at once, per world */
+
+struct round {
+	uint64_t acc;
+	unsigned arrived, left; /* contributions; ranks that have not read the result */
+};
+
+struct world {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct round round[ROUNDS];
+	int fail_tests; /* completing a reduction fails (a dead peer, say) */
+	unsigned size;  /* ranks in this world */
+};
+
+struct member {
+	struct world *w;
+	uint64_t seq; /* this rank's next reduction: every rank issues them in one order */
+};
+
+static inline int
+iar_start(void *ctx, uint64_t v, enum pmck_reduce_op op, void **req)
+{
+	struct member *m = ctx;
+	uint64_t seq = m->seq++;
+	struct round *r = &m->w->round[seq % ROUNDS];
+
+	pthread_mutex_lock(&m->w->lock);
+	if (r->arrived == 0)
+		r->acc = v;
+	else
+		r->acc = op == PMCK_REDUCE_MIN ? (v < r->acc ? v : r->acc) : (v > r->acc ? v : r->acc);
+	if (++r->arrived == m->w->size)
+		r->left = m->w->size;
+	pthread_cond_broadcast(&m->w->cond);
+	pthread_mutex_unlock(&m->w->lock);
+	*req = (void *)(uintptr_t)seq;
+	return 0;
+}
+
+static inline int
+iar_test(void *ctx, void *req, int wait, int *done, uint64_t *result)
+{
+	struct member *m = ctx;
+	struct round *r = &m->w->round[(uintptr_t)req % ROUNDS];
+	int ret = 0;
+
+	pthread_mutex_lock(&m->w->lock);
+	while (wait && r->arrived < m->w->size)
+		pthread_cond_wait(&m->w->cond, &m->w->lock);
+	*done = r->arrived == m->w->size;
+	if (*done) {
+		*result = r->acc;
+		if (--r->left == 0)
+			r->arrived = 0;
+		if (m->w->fail_tests)
+			ret = -EPIPE;
+	}
+	pthread_mutex_unlock(&m->w->lock);
+	return ret;
+}
+
+static inline int
+allreduce(void *ctx, uint64_t *v, enum pmck_reduce_op op)
+{
+	void *req;
+	int done;
+
+	iar_start(ctx, *v, op, &req);
+	return iar_test(ctx, req, 1, &done, v);
+}
+
+static inline int
+barrier(void *ctx)
+{
+	uint64_t v = 0;
+	return allreduce(ctx, &v, PMCK_REDUCE_MIN);
+}
+
+/* The collectives of member m of a world. */
+static inline struct pmck_collectives
+inproc_collectives(struct member *m, unsigned rank)
+{
+	return (struct pmck_collectives){.ctx = m, .rank = rank, .size = m->w->size,
+			.allreduce_u64 = allreduce, .barrier = barrier,
+			.iallreduce_u64_start = iar_start, .iallreduce_u64_test = iar_test};
+}
+
+#endif
