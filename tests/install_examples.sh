@@ -90,6 +90,11 @@ else
 	check "build without CUDA: --static --libs pmckpt names no CUDA runtime" \
 		'! echo "$static_libs" | grep -q cudart'
 fi
+cat > "$T/ddio.c" <<'C'
+#include <stdio.h>
+#include <ddio.h>
+int main(void) { return puts(ddio_support_name(DDIO_SUPPORT_VERIFIED)) < 0; }
+C
 check "--static --libs pmckpt carries the private packages (-lpmem2 -lxxhash -lnuma -ljson-c -lndctl -ldaxctl)" \
 	'for l in -lpmem2 -lxxhash -lnuma -ljson-c -lndctl -ldaxctl; do echo " $static_libs " | grep -q -- " $l "; done'
 check "shared libraries installed: libpmalloc.so.0 libpmckpt.so.0 libddio.so.0" \
@@ -155,6 +160,11 @@ check "against .a files, pkg-config --libs (without --static) does not link: Lib
 	'! cc $SAN -o "$T/link" "$T/link.c" $(PKG_CONFIG_PATH=$S/lib/pkgconfig pkg-config --cflags --libs pmckpt) >/dev/null 2>&1'
 run env MAKEFLAGS= make -s -C examples OUT="$T/static" STATIC=1 CFLAGS="$EX_CFLAGS" \
 	PKG_CONFIG_PATH="$S/lib/pkgconfig"
+check "libddio links from ddio.pc: shared (libddio.so.0 from the prefix) and --static (libddio.a)" \
+	'cc $SAN -o "$T/ddio" "$T/ddio.c" $(pkg-config --cflags --libs ddio) -Wl,-rpath,$P/lib &&
+	 ldd "$T/ddio" | grep -q "libddio.so.0 => $P/lib/" && "$T/ddio" >/dev/null &&
+	 cc $SAN -o "$T/ddio-s" "$T/ddio.c" $(PKG_CONFIG_PATH=$S/lib/pkgconfig pkg-config --static --cflags --libs ddio) &&
+	 ! ldd "$T/ddio-s" | grep -q libddio && "$T/ddio-s" >/dev/null'
 check "examples build with pkg-config --static alone (STATIC=1)" \
 	'[ $rc = 0 ] && [ -x "$T/static/train_single" ] && [ -x "$T/static/train_devdax" ]'
 check "static binaries need no libpmckpt/libpmalloc .so" \
