@@ -8,6 +8,9 @@
 #   make bench            throughput ratios against baselines measured in the same run
 #   make soak TRIALS=N    N kill-and-recover trials (soak-mpi, soak-dist: multi-rank)
 #   make install PREFIX=/usr/local DESTDIR=
+#   make install SHARED=0 the same without the shared libraries (a prefix to link statically from)
+#   make install REBUILD=0  refuse to rebuild when the flags differ from $(BUILD)'s (tests)
+#   examples/: make -C examples PKG_CONFIG_PATH=<prefix>/lib/pkgconfig [STATIC=1]
 
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
@@ -59,6 +62,10 @@ $(CONFIG): FORCE
 	   echo "PMALLOC_LIBS := $$($(PKG_CONFIG) --libs $(PMALLOC_DEPS))"; \
 	   echo "RUNTIME_LIBS := $$($(PKG_CONFIG) --libs $(RUNTIME_DEPS))"; \
 	   echo "DDIO_LIBS := $$($(PKG_CONFIG) --libs $(DDIO_DEPS))"; \
+	   echo "PMALLOC_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(PMALLOC_DEPS))"; \
+	   echo "RUNTIME_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(RUNTIME_DEPS))"; \
+	   echo "DDIO_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(DDIO_DEPS))"; \
+	   echo "FOUND_MPI_PC := $$(for p in ompi-c mpich mpi; do $(PKG_CONFIG) --exists $$p && { echo $$p; break; }; done)"; \
 	   echo "PMEMOBJ_LIBS := $$($(PKG_CONFIG) --libs libpmemobj)"; \
 	   echo "FOUND_MPICC := $$(command -v mpicc)"; \
 	   echo "FOUND_NVCC := $$(ls /usr/local/cuda/bin/nvcc 2>/dev/null || command -v nvcc)"; \
@@ -110,14 +117,16 @@ endif
 TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
-LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER)
-PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc
+LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER) \
+               $(BUILD)/libddio.so.$(SOVER)
+PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc $(BUILD)/ddio.pc
 
 ifeq ($(MPI),1)
 ifeq ($(CONFIG_LOADED)$(MPICC),1)
 $(error MPI=1 but no mpicc found: install libopenmpi-dev or set MPICC)
 endif
 MPI_LIB     := $(BUILD)/libpmckpt_mpi.a
+PCS         += $(BUILD)/pmckpt_mpi.pc
 MPI_TESTS   := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
 MPI_TOOLS   := $(patsubst tools/mpi/%.c,$(BUILD)/%,$(wildcard tools/mpi/*.c))
 endif
@@ -133,6 +142,9 @@ FLAGS_STAMP := $(BUILD)/flags.stamp
 FLAGS_NOW   := $(CC) $(CFLAGS) | $(LDFLAGS) $(LDLIBS) | $(CUDA) $(NVCC) $(NVCCFLAGS) | $(MPI) $(MPICC)
 ifdef CONFIG_LOADED
 ifneq ($(file < $(FLAGS_STAMP)),$(FLAGS_NOW))
+ifeq ($(REBUILD),0)
+$(error $(BUILD) was built with other flags (see $(FLAGS_STAMP)) and REBUILD=0 forbids rebuilding it: give make the variables it was built with)
+endif
 $(shell mkdir -p $(BUILD))
 $(file > $(FLAGS_STAMP),$(FLAGS_NOW))
 endif
@@ -168,6 +180,10 @@ $(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpm
 		-Wl,-rpath,'$$ORIGIN' -Wl,--no-undefined $(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc \
 		$(RUNTIME_LIBS) $(CUDA_LIBS)
 	ln -sf libpmckpt.so.$(SOVER) $(BUILD)/libpmckpt.so
+$(BUILD)/libddio.so.$(SOVER): $(DDIO_OBJ) ddio/ddio.sym $(FLAGS_STAMP)
+	$(CC) -shared -Wl,-soname,libddio.so.$(SOVER) -Wl,--version-script=ddio/ddio.sym \
+		-Wl,--no-undefined $(LDFLAGS) -o $@ $(DDIO_OBJ) $(DDIO_LIBS) $(CUDA_LIBS)
+	ln -sf libddio.so.$(SOVER) $(BUILD)/libddio.so
 
 # libpmckpt_mpi and its test programs: compiled by mpicc, so the core never links MPI.
 $(BUILD)/mpi/%.o: mpi/%.c $(FLAGS_STAMP)
@@ -195,9 +211,23 @@ $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
 
-# The .pc files name the install directories: a change of PREFIX or LIBDIR rewrites them.
+# The .pc files name the install directories (relative to ${prefix} where they
+# lie under it) and each library's private link line: Libs.private, which only
+# `pkg-config --static` adds.  The private packages go there as -l flags, not
+# into Requires.private, because pkg-config adds a Requires.private package's
+# -I to --cflags too (json-c's), and no public header includes theirs.  Only
+# pmckpt_mpi.h exposes a package (mpi.h): MPI is in its public Requires.
+# A change of PREFIX, LIBDIR, packages or CUDA rewrites them.
+PC_LIBDIR := $(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))
+PC_INCDIR := $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCDIR))
+PMALLOC_PRIVATE = $(PMALLOC_STATIC_LIBS) -pthread
+RUNTIME_PRIVATE = $(RUNTIME_STATIC_LIBS) $(CUDA_LIBS) -pthread
+DDIO_PRIVATE    = $(DDIO_STATIC_LIBS) $(CUDA_LIBS)
+MPI_PC      ?= $(FOUND_MPI_PC)
+MPI_PC_NOTE := $(if $(MPI_PC),needs MPI ($(MPI_PC)),needs MPI: compile and link with mpicc)
 PC_STAMP := $(BUILD)/pc.stamp
-PC_NOW   := $(PREFIX) $(LIBDIR) $(INCDIR) $(VERSION)
+PC_NOW   := $(PREFIX) $(LIBDIR) $(INCDIR) $(VERSION) | $(PMALLOC_PRIVATE) | $(RUNTIME_PRIVATE) \
+            | $(DDIO_PRIVATE) | $(MPI_PC)
 ifdef CONFIG_LOADED
 ifneq ($(file < $(PC_STAMP)),$(PC_NOW))
 $(shell mkdir -p $(BUILD))
@@ -205,11 +235,17 @@ $(file > $(PC_STAMP),$(PC_NOW))
 endif
 endif
 $(BUILD)/pmalloc.pc: pmalloc/pmalloc.pc.in $(PC_STAMP)
+$(BUILD)/pmalloc.pc: PC_PRIVATE = $(PMALLOC_PRIVATE)
 $(BUILD)/pmckpt.pc: runtime/pmckpt.pc.in $(PC_STAMP)
+$(BUILD)/pmckpt.pc: PC_PRIVATE = $(RUNTIME_PRIVATE)
+$(BUILD)/ddio.pc: ddio/ddio.pc.in $(PC_STAMP)
+$(BUILD)/ddio.pc: PC_PRIVATE = $(DDIO_PRIVATE)
+$(BUILD)/pmckpt_mpi.pc: mpi/pmckpt_mpi.pc.in $(PC_STAMP)
 $(PCS):
 	@mkdir -p $(@D)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(PC_LIBDIR)|' -e 's|@INCDIR@|$(PC_INCDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(PC_PRIVATE))|' \
+	    -e 's|@MPI_PC@|$(MPI_PC)|' -e 's|@MPI_PC_NOTE@|$(MPI_PC_NOTE)|' $< > $@
 
 tests: $(TESTS) $(TOOLS) $(MPI_TESTS)
 
@@ -254,15 +290,18 @@ bench: all
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
 	BUILD=$(BUILD) bindings/python/bench/run.sh
 
+# SHARED=0 installs no shared library: -lpmckpt then finds libpmckpt.a, and
+# `pkg-config --static --libs` gives a complete static link line of our libraries.
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 include/pmalloc.h include/pmckpt.h $(DESTDIR)$(INCDIR)
 	install -m 644 include/pmctl.h $(DESTDIR)$(INCDIR)
 	install -m 644 include/ddio.h $(DESTDIR)$(INCDIR)
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
+ifneq ($(SHARED),0)
 	install -m 755 $(LIBS_SO) $(DESTDIR)$(LIBDIR)
-	ln -sf libpmalloc.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmalloc.so
-	ln -sf libpmckpt.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpmckpt.so
+	for l in pmalloc pmckpt ddio; do ln -sf lib$$l.so.$(SOVER) $(DESTDIR)$(LIBDIR)/lib$$l.so; done
+endif
 	install -m 644 $(PCS) $(DESTDIR)$(PCDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
 ifeq ($(MPI),1)
