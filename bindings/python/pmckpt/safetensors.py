@@ -194,14 +194,3 @@ def newest_shared_file(shared_dir, rank, world_size=None):
             except CorruptError:
                 continue
     return None
-    steps = sorted((int(m.group(1)), n) for n in names if (m := _STEP.match(n)))
-    for _, n in reversed(steps):
-        d = os.path.join(shared_dir, n)
-        f = os.path.join(d, f"rank-{rank:05d}.safetensors")
-        if os.path.exists(os.path.join(d, "COMPLETE")) and os.path.exists(f):
-            try:
-                read_header(f)
-                return f
-            except CorruptError:
-                continue
-    return None
