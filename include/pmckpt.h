@@ -542,7 +542,7 @@ void pmck_local_close(struct pmck_local *l);
 struct pmck_copyout;
 
 struct pmck_copyout_opts {
-	const char *dir;     /* shared directory (created if missing) */
+	const char *dir;     /* shared directory (made with its parents if missing) */
 	unsigned keep;       /* complete steps to keep; 0: 2 */
 	unsigned rank;       /* this process's rank */
 	unsigned world_size; /* ranks per step; 0: 1.  Rank 0 writes COMPLETE once all ranks' files exist */
@@ -558,7 +558,8 @@ struct pmck_copyout_opts {
  * directory's leftovers.  Every rank of a job opens its copier before it
  * copies its first step, so all derive the same generation (rank 0 writes
  * the first marker only after every rank's first file exists).  Errors:
- * -EINVAL, -errno of mkdir/opendir, -ENOMEM, -EAGAIN.
+ * -EINVAL, -errno of mkdir/opendir, -ENOMEM, -EAGAIN; directories it made
+ * are removed again when it fails.
  */
 int pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 		struct pmck_copyout **out);

@@ -287,9 +287,9 @@ pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 
-	int ret = 0;
-	if (mkdir(c->dir, 0755) && errno != EEXIST)
-		ret = pma__err(-errno, "mkdir %s: %s", c->dir, strerror(errno));
+	/* The directory and its parents; undone below if this call fails. */
+	char made[PATH_MAX] = "";
+	int ret = pmck__mkdir_p(c->dir, 0755, made, sizeof(made));
 	/*
 	 * Every rank derives the same generation: rank 0 writes the first
 	 * marker of this run only after every rank's first file exists, i.e.
@@ -303,6 +303,7 @@ pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 	if (!ret && pthread_create(&c->thread, NULL, copier, c))
 		ret = pma__err(-EAGAIN, "cannot start the copier thread");
 	if (ret) {
+		pmck__rmdir_made(c->dir, made);
 		pthread_mutex_destroy(&c->lock);
 		pthread_cond_destroy(&c->cond);
 		free(c);

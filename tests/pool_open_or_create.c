@@ -297,5 +297,47 @@ main(void)
 	ok(pmck_local_open(&ro, &l) != 0, "a store name too long fails: %s", pmck_errormsg());
 	ok(access(dir, F_OK) != 0, "and leaves neither the pool file nor the directories");
 	rmdir(dir);
+
+	/* Copy-out directories: made with their parents; a failed call leaves none. */
+	snprintf(dir, sizeof(dir), "%s.s", path);
+	snprintf(sub, sizeof(sub), "%s/x/y/shared", dir);
+	ro.store_name = "m";
+	ro.ramdisk_dir = NULL;
+	is_int(pmck_local_open(&ro, &l), 0, "a ramdisk store in /dev/shm");
+	struct pmck_copyout *co;
+	struct pmck_copyout_opts cop = {.dir = sub};
+	is_int(pmck_copyout_new(l.store, &cop, &co), 0, "copy-out into a directory three levels deep");
+	pmck_copyout_delete(&co);
+	rmdir(sub);
+	snprintf(f, sizeof(f), "%s/x/y", dir);
+	rmdir(f);
+	snprintf(f, sizeof(f), "%s/x", dir);
+	rmdir(f);
+	rmdir(dir);
+	write_file(dir, 4096, 0); /* a file where a parent directory should be */
+	snprintf(sub, sizeof(sub), "%s/x/y/shared", dir);
+	ok(pmck_copyout_new(l.store, &cop, &co) == -ENOTDIR, "a file in the way: -ENOTDIR (%s)",
+			pmck_errormsg());
+	unlink(dir);
+	snprintf(sub, sizeof(sub), "%s/x/y/shared", dir);
+	mkdir(dir, 0755);
+	chmod(dir, 0500);
+	int refused = pmck_copyout_new(l.store, &cop, &co);
+	chmod(dir, 0700);
+	snprintf(f, sizeof(f), "%s/x", dir);
+	if (refused == 0) { /* root writes a read-only directory */
+		ok(1, "# SKIP root may write a read-only directory");
+		pmck_copyout_delete(&co);
+		rmdir(sub);
+		snprintf(sub, sizeof(sub), "%s/x/y", dir);
+		rmdir(sub);
+		rmdir(f);
+	} else {
+		ok(access(f, F_OK) != 0, "an unwritable parent: refused, nothing left (%s)",
+				pmck_errormsg());
+	}
+	rmdir(dir);
+	pmck_local_close(&l);
+	unlink(l.path);
 	return done_testing();
 }
