@@ -25,6 +25,12 @@
  * Errors: negative errno values or PMCK_E_* codes; pma_errormsg() /
  * pmck_errormsg() describe the last failure of the calling thread.
  *
+ * Sharing: a store is as shared as its region (pma_region_open): one
+ * process writes it, or any number read it.  A second writer fails to open
+ * the region with PMA_E_BUSY.  On a read-only region (PMA_REGION_RDONLY)
+ * a store opens, recovers and reads; every change (create, begin,
+ * discard, destroy, import) fails with -EROFS.
+ *
  * Thread safety: one checkpoint may be in flight per store.  Writes of
  * different tensors (or of disjoint chunk-aligned ranges of one tensor) of
  * the in-flight checkpoint may run concurrently; begin, commit, abort,
@@ -111,7 +117,8 @@ struct pmck_ckpt;
  * slots start empty.  The tensor map is durable before the store becomes
  * visible under its name.
  * Errors: -EINVAL (empty layout, bad name, dtype, shape or duplicate tensor
- * name), -EEXIST (a store of that name exists), -ENOSPC, -ENOMEM.
+ * name), -EEXIST (a store of that name exists), -ENOSPC, -ENOMEM, -EROFS
+ * (read-only region).
  */
 int pmck_store_create(struct pma_pool *p, const char *name,
 		const struct pmck_tensor_desc *descs, size_t n,
@@ -138,7 +145,7 @@ void pmck_store_close(struct pmck_store **s);
 /*
  * pmck_store_destroy -- frees the store's allocations in the pool.  The
  * meta allocation goes first, so a crash leaves no half store visible.
- * Errors: -ENOENT.
+ * Errors: -ENOENT, -EROFS (read-only region).
  */
 int pmck_store_destroy(struct pma_pool *p, const char *name);
 
@@ -166,7 +173,8 @@ int64_t pmck_store_find(const struct pmck_store *s, const char *name);
  * overwritten can never make it look complete.  step must be larger than
  * the newest committed step and below INT64_MAX.
  * *out belongs to the store; it ends with commit or abort.
- * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step).
+ * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step), -EROFS
+ * (read-only region).
  */
 int pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out);
 
@@ -241,7 +249,9 @@ struct pmck_recovery {
  * pmck_store_recover -- finds the newest sealed slot whose tensors all
  * match their checksums and makes it the store's readable checkpoint.  A
  * newer slot that fails verification is reported in *info (may be NULL)
- * and will be overwritten by the next begin.
+ * and will be overwritten by the next begin.  Recovery writes nothing to
+ * the region (a rejected slot is remembered in memory only), so it works
+ * on a read-only region too.
  * Errors: PMCK_E_NO_CHECKPOINT (nothing sealed, or nothing verifies),
  * -EBUSY (a checkpoint is in flight).
  */
@@ -405,7 +415,11 @@ struct pmck_local_opts {
 	const char *store_name;   /* NULL: "default" */
 	const struct pmck_tensor_desc *descs; /* the layout (required) */
 	size_t ndescs;
+	unsigned flags;           /* PMCK_LOCAL_* */
 };
+
+/* Flags of struct pmck_local_opts. */
+#define PMCK_LOCAL_RDONLY (1u << 0) /* open the existing store read-only (PMA_REGION_RDONLY) */
 
 /* A region, its pool and one store, opened together. */
 struct pmck_local {
@@ -424,7 +438,12 @@ struct pmck_local {
  * *out, whose `description` says which backend was chosen and why (a
  * pm_path without DAX granularity is used, and reported as a ramdisk-like
  * page-granularity backend).  Pools are created when the region holds
- * none.  Errors: those of pma_region_open, pma_pool_open/create and
+ * none.  The region is locked for writing (pma_region_open): a second
+ * process opening the same store fails with PMA_E_BUSY.
+ * With PMCK_LOCAL_RDONLY nothing is created or written: the file, pool and
+ * store must exist (-ENOENT otherwise) with this layout; the region is
+ * mapped read-only under a shared lock, and recover and read work.
+ * Errors: those of pma_region_open (PMA_E_BUSY), pma_pool_open/create and
  * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout).
  */
 int pmck_local_open(const struct pmck_local_opts *opts, struct pmck_local *out);
@@ -581,7 +600,8 @@ int pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_rec
 /*
  * pmck_store_discard_after -- durably unseals every slot whose step is
  * larger than `step` (a checkpoint that the other ranks never committed),
- * so that the next begin overwrites it and keeps `step`.  Errors: -EBUSY.
+ * so that the next begin overwrites it and keeps `step`.  Errors: -EBUSY,
+ * -EROFS (read-only region).
  */
 int pmck_store_discard_after(struct pmck_store *s, uint64_t step);
 
