@@ -6,8 +6,9 @@
 /*
  * pma__lock -- takes flock(2) on fd without blocking: exclusive for a
  * writer, shared for a reader.  0, PMA_E_BUSY naming path and the holders'
- * pids, or -errno.  Not exported.
+ * pids, or -errno.  Internal to libpmalloc.
  */
-int pma__lock(int fd, const char *path, int exclusive);
+int pma__lock(int fd, const char *path, int exclusive)
+	__attribute__((visibility("hidden"))); /* pmalloc.sym's pma_* would export it */
 
 #endif
