@@ -21,6 +21,10 @@
  *
  * Thread safety: a region is immutable after opening and may be used from
  * any thread.  Pool calls are serialised by a lock inside the pool.
+ *
+ * Sharing between processes: a region is open for writing by one process
+ * at a time, or for reading (PMA_REGION_RDONLY) by any number; see
+ * pma_region_open.  Pools and stores on it inherit this.
  */
 #ifndef PMALLOC_H
 #define PMALLOC_H 1
@@ -37,6 +41,7 @@ extern "C" {
 #define PMA_E_VERSION    (-100002) /* pool written by an unsupported version */
 #define PMA_E_CORRUPT    (-100003) /* checksum or consistency check failed */
 #define PMA_E_TRUNCATED  (-100004) /* region smaller than the pool it holds */
+#define PMA_E_BUSY       (-100005) /* region locked by another open (see pma_region_open) */
 
 /*
  * pma_errormsg -- describes the last failure of a pma_ or pmck_ call made
@@ -65,9 +70,11 @@ enum pma_region_kind {
 /* Flags of pma_region_open(). */
 #define PMA_REGION_CREATE      (1u << 0) /* create the file if missing */
 #define PMA_REGION_NO_PREFAULT (1u << 1) /* skip populating page tables */
+#define PMA_REGION_RDONLY      (1u << 2) /* open O_RDONLY, map read-only, shared lock */
 
 /*
- * pma_region_open -- maps path read-write with libpmem2.
+ * pma_region_open -- maps path read-write with libpmem2, or read-only
+ * with PMA_REGION_RDONLY.
  *
  * With PMA_REGION_CREATE and no file at path, a regular file of `size`
  * bytes is created (0600).  An existing file or device is mapped whole;
@@ -76,12 +83,34 @@ enum pma_region_kind {
  * populated for writing before this returns (madvise MADV_POPULATE_WRITE),
  * so the first checkpoint does not pay page faults; contents are unchanged.
  *
+ * Locking (like PMDK's pools): the file or device is locked with
+ * flock(2) before anything is read or sized, without waiting: an exclusive
+ * lock for a read-write open, a shared one with PMA_REGION_RDONLY.  So a
+ * second writer, or a reader beside a writer, or a writer beside readers,
+ * fails with PMA_E_BUSY, and the message names the path and the holders'
+ * pids (found in /proc/locks; "held by another process" when they cannot be
+ * found there).  This applies within one process too: every open is a new
+ * holder.  The kernel drops the lock when the last descriptor of the open
+ * closes, also when the holder is killed, so a crash never leaves a stale
+ * lock.  The descriptor is O_CLOEXEC (a program exec'd by the holder does
+ * not hold the lock), but a child created by fork() shares it until both
+ * have closed the region or exited; such a child uses the parent's region
+ * and cannot open the path anew while the parent holds it.
+ *
+ * PMA_REGION_RDONLY: the file is opened O_RDONLY (so a file the caller may
+ * read but not write can be opened) and mapped PROT_READ: a store into the
+ * mapping faults.  Pools and stores on such a region refuse every change
+ * with -EROFS; pma_pool_open, pmck_store_open and pmck_store_recover work.
+ * Cannot be combined with PMA_REGION_CREATE.
+ *
  * On success *out owns the mapping and the descriptor; release it with
  * pma_region_close().
  *
- * Errors: -EINVAL (bad arguments), -ENOENT (no file and no CREATE),
- * -ENOSPC (existing region smaller than size), other -errno from open,
- * ftruncate or fallocate, -ENOTSUP when libpmem2 cannot map it.
+ * Errors: -EINVAL (bad arguments, CREATE with RDONLY), -ENOENT (no file and
+ * no CREATE), PMA_E_BUSY (locked by another open), -ENOSPC (existing
+ * region smaller than size), other -errno from open (-EACCES: not
+ * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate,
+ * -ENOTSUP when libpmem2 cannot map it.
  */
 int pma_region_open(const char *path, size_t size, unsigned flags,
 		struct pma_region **out);
@@ -89,11 +118,16 @@ int pma_region_open(const char *path, size_t size, unsigned flags,
 /*
  * pma_region_prefault -- populates the page tables of the whole mapping
  * for writing (contents unchanged), as pma_region_open does.  Useful in a
- * process forked after the open, whose page tables start empty.
+ * process forked after the open, whose page tables start empty.  On a
+ * read-only region it populates them for reading, where the kernel can.
  */
 void pma_region_prefault(const struct pma_region *r);
 
-/* pma_region_close -- unmaps and frees *r and sets it to NULL (NULL: no-op). */
+/*
+ * pma_region_close -- unmaps and frees *r and sets it to NULL (NULL: no-op).
+ * Closing the descriptor releases the lock, unless a forked child still
+ * holds a copy of it (see pma_region_open).
+ */
 void pma_region_close(struct pma_region **r);
 
 void *pma_region_addr(const struct pma_region *r);
@@ -101,6 +135,8 @@ size_t pma_region_size(const struct pma_region *r);
 const char *pma_region_path(const struct pma_region *r);
 enum pma_granularity pma_region_granularity(const struct pma_region *r);
 enum pma_region_kind pma_region_kind(const struct pma_region *r);
+/* 1 if opened with PMA_REGION_RDONLY, else 0. */
+int pma_region_rdonly(const struct pma_region *r);
 /* "byte", "cache-line" or "page". */
 const char *pma_granularity_name(enum pma_granularity g);
 
@@ -150,7 +186,8 @@ struct pma_pool;
  * (0: 1024).  The header's magic is written and persisted last, so a crash
  * during creation leaves no pool rather than a broken one.
  * *out refers to r, which must outlive it.
- * Errors: -EINVAL, -ENOSPC (region too small), -ENOMEM.
+ * Errors: -EINVAL, -EROFS (r is read-only), -ENOSPC (region too small),
+ * -ENOMEM.
  */
 int pma_pool_create(struct pma_region *r, unsigned max_allocs,
 		struct pma_pool **out);
@@ -159,7 +196,10 @@ int pma_pool_create(struct pma_region *r, unsigned max_allocs,
  * pma_pool_open -- opens the pool on r after checking the header (magic,
  * version, size, checksum) and every allocation-table entry.
  * Errors: PMA_E_NOT_POOL, PMA_E_VERSION, PMA_E_TRUNCATED, PMA_E_CORRUPT,
- * -ENOMEM.  Nothing on the region is changed by a failed open.
+ * -ENOMEM.  Nothing on the region is changed by a failed open, nor by
+ * opening at all.  On a read-only region (PMA_REGION_RDONLY) the pool is
+ * read-only: lookups and listings work, pma_alloc and pma_free fail with
+ * -EROFS.
  */
 int pma_pool_open(struct pma_region *r, struct pma_pool **out);
 
@@ -206,7 +246,7 @@ size_t pma_pool_free_bytes(const struct pma_pool *p);
  * The allocation is durable when this returns; a crash before that leaves
  * no trace of it.
  * Errors: -EINVAL (empty or too long name, bad align, size 0), -EEXIST,
- * -ENOSPC (no gap large enough or table full).
+ * -ENOSPC (no gap large enough or table full), -EROFS (read-only pool).
  */
 int pma_alloc(struct pma_pool *p, const char *name, size_t size,
 		size_t align, unsigned flags, void **addr);
@@ -217,7 +257,7 @@ int pma_alloc(struct pma_pool *p, const char *name, size_t size,
  */
 int pma_lookup(struct pma_pool *p, const char *name, void **addr, size_t *size);
 
-/* pma_free -- releases `name` durably.  Errors: -ENOENT. */
+/* pma_free -- releases `name` durably.  Errors: -ENOENT, -EROFS (read-only pool). */
 int pma_free(struct pma_pool *p, const char *name);
 
 /* One live allocation, as listed by pma_pool_foreach(). */

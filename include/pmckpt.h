@@ -25,6 +25,12 @@
  * Errors: negative errno values or PMCK_E_* codes; pma_errormsg() /
  * pmck_errormsg() describe the last failure of the calling thread.
  *
+ * Sharing: a store is as shared as its region (pma_region_open): one
+ * process writes it, or any number read it.  A second writer fails to open
+ * the region with PMA_E_BUSY.  On a read-only region (PMA_REGION_RDONLY)
+ * a store opens, recovers and reads; every change (create, begin,
+ * discard, destroy, import) fails with -EROFS.
+ *
  * Thread safety: one checkpoint may be in flight per store.  Writes of
  * different tensors (or of disjoint chunk-aligned ranges of one tensor) of
  * the in-flight checkpoint may run concurrently; begin, commit, abort,
@@ -123,7 +129,8 @@ struct pmck_ckpt;
  * slots start empty.  The tensor map is durable before the store becomes
  * visible under its name.
  * Errors: -EINVAL (empty layout, bad name, dtype, shape or duplicate tensor
- * name), -EEXIST (a store of that name exists), -ENOSPC, -ENOMEM.
+ * name), -EEXIST (a store of that name exists), -ENOSPC, -ENOMEM, -EROFS
+ * (read-only region).
  */
 int pmck_store_create(struct pma_pool *p, const char *name,
 		const struct pmck_tensor_desc *descs, size_t n,
@@ -150,7 +157,7 @@ void pmck_store_close(struct pmck_store **s);
 /*
  * pmck_store_destroy -- frees the store's allocations in the pool.  The
  * meta allocation goes first, so a crash leaves no half store visible.
- * Errors: -ENOENT.
+ * Errors: -ENOENT, -EROFS (read-only region).
  */
 int pmck_store_destroy(struct pma_pool *p, const char *name);
 
@@ -178,7 +185,8 @@ int64_t pmck_store_find(const struct pmck_store *s, const char *name);
  * overwritten can never make it look complete.  step must be larger than
  * the newest committed step and below INT64_MAX.
  * *out belongs to the store; it ends with commit or abort.
- * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step).
+ * Errors: -EBUSY (a checkpoint is in flight), -EINVAL (step), -EROFS
+ * (read-only region).
  */
 int pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out);
 
@@ -253,7 +261,9 @@ struct pmck_recovery {
  * pmck_store_recover -- finds the newest sealed slot whose tensors all
  * match their checksums and makes it the store's readable checkpoint.  A
  * newer slot that fails verification is reported in *info (may be NULL)
- * and will be overwritten by the next begin.
+ * and will be overwritten by the next begin.  Recovery writes nothing to
+ * the region (a rejected slot is remembered in memory only), so it works
+ * on a read-only region too.
  * Errors: PMCK_E_NO_CHECKPOINT (no slot is sealed: nothing was ever
  * committed), PMCK_E_NONE_USABLE (sealed slots exist but none verifies:
  * data was lost), -EBUSY (a checkpoint is in flight).
@@ -466,7 +476,11 @@ struct pmck_local_opts {
 	 * created (a devdax device comes from provisioning: pmctl).
 	 */
 	uint64_t pm_size;
+	unsigned flags;           /* PMCK_LOCAL_* */
 };
+
+/* Flags of struct pmck_local_opts. */
+#define PMCK_LOCAL_RDONLY (1u << 0) /* open the existing store read-only (PMA_REGION_RDONLY) */
 
 /* A region, its pool and one store, opened together. */
 struct pmck_local {
@@ -489,9 +503,14 @@ struct pmck_local {
  * opts->pm_size bytes.  The pool is opened with pma_pool_open_or_create:
  * formatted only when the region is blank (out->created says so), never
  * over other data or a damaged pool.  Directories (ramdisk_dir) are made
- * with their parents.  On failure nothing this call created is left.
- * Errors: those of pma_region_open, pma_pool_open_or_create (PMA_E_NOT_POOL
- * for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
+ * with their parents.  On failure nothing this call created is left.  The
+ * region is locked for writing (pma_region_open): a second process
+ * opening the same store fails with PMA_E_BUSY.
+ * With PMCK_LOCAL_RDONLY nothing is created or written: the file, pool and
+ * store must exist (-ENOENT otherwise) with this layout; the region is
+ * mapped read-only under a shared lock, and recover and read work.
+ * Errors: those of pma_region_open (PMA_E_BUSY), pma_pool_open_or_create
+ * (PMA_E_NOT_POOL for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
  * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout); -ENOENT
  * for a missing device directly in /dev.
  */
@@ -701,7 +720,8 @@ int pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_rec
 /*
  * pmck_store_discard_after -- durably unseals every slot whose step is
  * larger than `step` (a checkpoint that the other ranks never committed),
- * so that the next begin overwrites it and keeps `step`.  Errors: -EBUSY.
+ * so that the next begin overwrites it and keeps `step`.  Errors: -EBUSY,
+ * -EROFS (read-only region).
  */
 int pmck_store_discard_after(struct pmck_store *s, uint64_t step);
 

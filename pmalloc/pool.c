@@ -114,6 +114,9 @@ pma_pool_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out
 	if (!r || !out)
 		return pma__err(-EINVAL, "pma_pool_create: region and out are required");
 	*out = NULL;
+	if (pma_region_rdonly(r))
+		return pma__err(-EROFS, "cannot create a pool on %s: opened read-only",
+				pma_region_path(r));
 	if (max_allocs == 0)
 		max_allocs = DEFAULT_MAX_ALLOCS;
 	if (max_allocs > MAX_ALLOCS_LIMIT)
@@ -352,6 +355,9 @@ pma_alloc(struct pma_pool *p, const char *name, size_t size, size_t align,
 {
 	if (!p || !name || !addr)
 		return pma__err(-EINVAL, "pma_alloc: pool, name and addr are required");
+	if (pma_region_rdonly(p->region))
+		return pma__err(-EROFS, "cannot allocate '%s': pool %s is open read-only", name,
+				pma_region_path(p->region));
 	size_t len = strlen(name);
 	if (len == 0 || len >= PMA_NAME_MAX)
 		return pma__err(-EINVAL, "allocation name must be 1..%d bytes", PMA_NAME_MAX - 1);
@@ -429,6 +435,9 @@ pma_free(struct pma_pool *p, const char *name)
 {
 	if (!p || !name)
 		return pma__err(-EINVAL, "pma_free: pool and name are required");
+	if (pma_region_rdonly(p->region))
+		return pma__err(-EROFS, "cannot free '%s': pool %s is open read-only", name,
+				pma_region_path(p->region));
 	pthread_mutex_lock(&p->lock);
 	struct table_entry *e = find_locked(p, name);
 	if (e) {

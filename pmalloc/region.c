@@ -15,7 +15,11 @@
 
 #include "pmalloc.h"
 #include "errmsg.h"
+#include "lock.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -26,6 +30,7 @@ struct pma_region {
 	enum pma_region_kind kind;
 	enum pma_granularity granularity;
 	int numa_node;
+	int rdonly;     /* PMA_REGION_RDONLY: O_RDONLY, mapped PROT_READ, shared lock */
 	struct pmem2_map *map;
 	void *addr;
 	size_t size;
@@ -37,15 +42,27 @@ struct pma_region {
 	pmem2_memset_fn memset;
 };
 
+/*
+ * Opens path (O_CLOEXEC: an exec'd program must not inherit the lock) and
+ * locks it before anything else, so that only the lock holder ever sizes
+ * a file or maps it.
+ */
 static int
 open_or_create(const char *path, size_t size, unsigned flags, int *created)
 {
 	struct stat st;
-	int fd = open(path, O_RDWR | O_CLOEXEC);
+	int rdonly = !!(flags & PMA_REGION_RDONLY);
+	int fd = open(path, (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	int ret;
 
 	*created = 0;
 	if (fd < 0 && errno != ENOENT)
-		return pma__err(-errno, "open %s: %s", path, strerror(errno));
+		return pma__err(-errno, "open %s%s: %s", path, rdonly ? " (read-only)" : "",
+				strerror(errno));
+	if (fd >= 0 && (ret = pma__lock(fd, path, !rdonly))) {
+		close(fd);
+		return ret;
+	}
 	/*
 	 * An empty regular file is what a creation killed between open and
 	 * fallocate leaves: with CREATE it is sized like a new one.
@@ -60,13 +77,22 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created)
 			close(fd);
 		return pma__err(-EINVAL, "cannot create %s with size 0", path);
 	}
-	if (fd < 0)
+	if (fd < 0) {
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return pma__err(-errno, "create %s: %s", path, strerror(errno));
+		if (fd < 0)
+			return pma__err(-errno, "create %s: %s", path, strerror(errno));
+		/*
+		 * Another process may have opened and locked the new file before
+		 * us: it sizes the file then, and we must not unlink it.
+		 */
+		if ((ret = pma__lock(fd, path, 1))) {
+			close(fd);
+			return ret;
+		}
+	}
 	*created = 1;
 	/* Reserve the blocks now so that a full file system fails here, not on a page fault later. */
-	int ret = posix_fallocate(fd, 0, (off_t)size);
+	ret = posix_fallocate(fd, 0, (off_t)size);
 	if (ret == EOPNOTSUPP || ret == EINVAL)
 		ret = ftruncate(fd, (off_t)size) ? errno : 0;
 	if (ret) {
@@ -93,6 +119,9 @@ map_with_pmem2(struct pma_region *r)
 	 */
 	ret = pmem2_config_set_required_store_granularity(cfg, PMEM2_GRANULARITY_PAGE);
 	if (ret)
+		goto fail;
+	/* A read-only descriptor can only be mapped PROT_READ; a stray store then faults. */
+	if (r->rdonly && (ret = pmem2_config_set_protection(cfg, PMEM2_PROT_READ)))
 		goto fail;
 	ret = pmem2_source_from_fd(&src, r->fd);
 	if (ret)
@@ -149,6 +178,10 @@ node_of_pages(const void *addr)
 void
 pma_region_prefault(const struct pma_region *r)
 {
+	if (r->rdonly) {
+		madvise(r->addr, r->size, MADV_POPULATE_READ); /* best effort: reads fault anyway */
+		return;
+	}
 	if (madvise(r->addr, r->size, MADV_POPULATE_WRITE) == 0)
 		return;
 	/* Kernels before 5.14: a no-op atomic write per page faults it in writable. */
@@ -167,12 +200,16 @@ pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region
 	if (!path || !*path || !out)
 		return pma__err(-EINVAL, "pma_region_open: path and out are required");
 	*out = NULL;
+	if ((flags & PMA_REGION_RDONLY) && (flags & PMA_REGION_CREATE))
+		return pma__err(-EINVAL, "pma_region_open %s: PMA_REGION_CREATE and "
+				"PMA_REGION_RDONLY exclude each other", path);
 
 	struct pma_region *r = calloc(1, sizeof(*r));
 	if (!r || !(r->path = strdup(path))) {
 		free(r);
 		return pma__err(-ENOMEM, "out of memory");
 	}
+	r->rdonly = !!(flags & PMA_REGION_RDONLY);
 	r->fd = open_or_create(path, size, flags, &created);
 	if (r->fd < 0) {
 		ret = r->fd;
@@ -224,6 +261,11 @@ pma_region_close(struct pma_region **rp)
 		return;
 	if (r->map)
 		pmem2_map_delete(&r->map);
+	/*
+	 * close, never flock(LOCK_UN): a child forked after the open shares
+	 * the lock, and an unlock by either would end it for both.  The lock
+	 * ends with the last descriptor of this open file description.
+	 */
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r->path);
@@ -236,6 +278,7 @@ size_t pma_region_size(const struct pma_region *r) { return r->size; }
 const char *pma_region_path(const struct pma_region *r) { return r->path; }
 enum pma_granularity pma_region_granularity(const struct pma_region *r) { return r->granularity; }
 enum pma_region_kind pma_region_kind(const struct pma_region *r) { return r->kind; }
+int pma_region_rdonly(const struct pma_region *r) { return r->rdonly; }
 int pma_region_numa_node(const struct pma_region *r) { return r->numa_node; }
 
 const char *

@@ -30,6 +30,9 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 				s->name, (unsigned long long)s->ckpt.step);
 	if (step >= (uint64_t)INT64_MAX)
 		return pma__err(-EINVAL, "step %llu is too large", (unsigned long long)step);
+	if (pma_region_rdonly(s->region))
+		return pma__err(-EROFS, "store '%s': cannot write a checkpoint, %s is open read-only",
+				s->name, pma_region_path(s->region));
 
 	/*
 	 * Overwriting "the other slot" is only safe if the newest sealed slot

@@ -50,6 +50,20 @@ holds_pool_magic(const char *path)
 	return n == (ssize_t)sizeof(magic) && !memcmp(magic, "PMAPOOL", sizeof(magic));
 }
 
+/* Read-only: the store must exist with this layout (open_or_create would try to create it). */
+static int
+local_open_existing(struct pma_pool *p, const char *name, const struct pmck_tensor_desc *descs,
+		size_t n, struct pmck_store **out)
+{
+	int ret = pmck_store_open(p, name, out);
+
+	if (ret)
+		return ret;
+	/* It exists: open_or_create only opens it and checks the layout. */
+	pmck_store_close(out);
+	return pmck_store_open_or_create(p, name, descs, n, out);
+}
+
 /* Is path a name directly in /dev, where devices appear and files are never made? */
 static int
 in_dev(const char *path)
@@ -148,18 +162,31 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 	if ((ret = pmck_local_pool_size(o->descs, o->ndescs, &size)))
 		return ret;
 
+	int rdonly = !!(o->flags & PMCK_LOCAL_RDONLY);
 	if (o->pm_path) {
 		snprintf(l->path, sizeof(l->path), "%s", o->pm_path);
-		ret = open_pm(o, size, l, &made);
+		ret = rdonly ? pma_region_open(o->pm_path, 0, PMA_REGION_RDONLY, &l->region)
+			     : open_pm(o, size, l, &made);
+	} else if (rdonly) {
+		/* Reading creates nothing: no directory, no file, no pool, no store. */
+		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
+		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
+		    (int)sizeof(l->path))
+			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
+		ret = pma_region_open(l->path, 0, PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT,
+				&l->region);
 	} else {
 		ret = open_ramdisk(o, name, size, l, &made, dir_made, sizeof(dir_made));
 	}
 	if (!ret) {
 		describe_backend(o, l);
 		/* Format only what is blank: never a medium holding something else. */
-		ret = pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
+		ret = rdonly ? pma_pool_open(l->region, &l->pool)
+			     : pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
 	}
-	if (!ret)
+	if (!ret && rdonly)
+		ret = local_open_existing(l->pool, name, o->descs, o->ndescs, &l->store);
+	else if (!ret)
 		ret = pmck_store_open_or_create(l->pool, name, o->descs, o->ndescs, &l->store);
 	if (ret) {
 		pmck_local_close(l);

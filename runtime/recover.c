@@ -79,6 +79,10 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 			r.rejected_step = (uint64_t)st[k];
 			snprintf(r.rejected_tensor, sizeof(r.rejected_tensor), "%s", s->tmap[bad].name);
 		}
+		/*
+		 * In memory only, never on media: recovery writes nothing, so it
+		 * also runs on a read-only region (pmckpt list --verify).
+		 */
 		s->bad[k] = 1; /* every failing slot: begin must never keep one over a good one */
 	}
 	if (info)
@@ -144,6 +148,9 @@ pmck_store_discard_after(struct pmck_store *s, uint64_t step)
 {
 	if (s->in_flight)
 		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	if (pma_region_rdonly(s->region))
+		return pma__err(-EROFS, "store '%s': cannot discard steps, %s is open read-only",
+				s->name, pma_region_path(s->region));
 	for (unsigned k = 0; k < 2; k++) {
 		if (pmck__sealed_step(s, k) <= (int64_t)step)
 			continue;

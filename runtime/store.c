@@ -176,6 +176,9 @@ pmck_store_create(struct pma_pool *p, const char *name, const struct pmck_tensor
 	if (!p || !out)
 		return pma__err(-EINVAL, "pmck_store_create: pool and out are required");
 	*out = NULL;
+	if (pma_region_rdonly(pma_pool_region(p)))
+		return pma__err(-EROFS, "cannot create store '%s': %s is open read-only",
+				name ? name : "", pma_region_path(pma_pool_region(p)));
 	if ((ret = alloc_name(meta_name, sizeof(meta_name), name, "meta")))
 		return ret;
 
@@ -315,6 +318,9 @@ pmck_store_destroy(struct pma_pool *p, const char *name)
 		return ret;
 	if (pma_lookup(p, an, NULL, NULL))
 		return pma__err(-ENOENT, "no store named '%s' in the pool", name);
+	if (pma_region_rdonly(pma_pool_region(p)))
+		return pma__err(-EROFS, "cannot destroy store '%s': %s is open read-only", name,
+				pma_region_path(pma_pool_region(p)));
 	free_leftovers(p, name); /* meta first: a crash after it leaves only free-able data */
 	return 0;
 }

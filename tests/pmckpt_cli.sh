@@ -155,6 +155,64 @@ check "export of an empty store: exit 1, no file" \
 run "$PM" export --pool "$P" --store model --out "$T/nodir/y.safetensors"
 check "export into a missing directory: exit 1 with the reason" 'failed_with "No such file"'
 
+# ------------------------------------------------------------ read-only pool
+# list, verify and export open the pool read-only: a 0444 copy works for a user who
+# may only read it.  Root ignores file permissions, so as root this runs as nobody.
+RP="$T/ro.pool"
+RO="$T/ro-out"
+cp "$P" "$RP" && chmod 0444 "$RP" && mkdir -m 0777 "$RO" && chmod 0711 "$T"
+sum0=$(cksum <"$RP")
+as_user=
+who=nobody
+if [ "$(id -u)" != 0 ]; then
+	as_user=" "
+	who=$(id -un)
+elif command -v setpriv >/dev/null 2>&1; then
+	as_user="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+elif command -v runuser >/dev/null 2>&1; then
+	as_user="runuser -u nobody --"
+fi
+if [ -n "$as_user" ]; then
+	run $as_user "$PM" list --pool "$RP" --verify
+	check "read-only: list --pool --verify of a 0444 pool as $who: step 3 verified" \
+		'test $rc = 0 && out_has "checkpoint: step 3 (slot 0, verified)"'
+	run $as_user "$PM" verify --pool "$RP" --store model
+	check "read-only: verify --pool of the 0444 pool: exit 0" 'test $rc = 0 && out_has "step 3 verified"'
+	run $as_user "$PM" export --pool "$RP" --store model --out "$RO/x.safetensors" -q
+	check "read-only: export of the 0444 pool: exit 0, step 3" \
+		'test $rc = 0 && out_has "exported step 3" && test -s "$RO/x.safetensors"'
+	run $as_user "$PM" import --pool "$RP" --store model --file "$RO/x.safetensors" --step 9
+	check "read-only: import into the 0444 pool needs write access: exit 1, Permission denied" \
+		'failed_with "Permission denied"'
+	check "read-only: the 0444 pool is unchanged" 'test "$(cksum <"$RP")" = "$sum0"'
+else
+	for i in 1 2 3 4 5; do
+		n=$((n + 1))
+		echo "ok $n # SKIP running as root without setpriv or runuser: cannot test as another user"
+	done
+fi
+chmod 0700 "$T"
+rm -rf "$RO" "$RP"
+
+# One writer or several readers: a pool locked for writing (here by flock(1)) is refused,
+# and the message names the holder's pid.
+if command -v flock >/dev/null 2>&1; then
+	# -o: only flock(1) holds the lock, not the sleep it runs
+	flock -o -x "$P" sleep 30 &
+	fl=$!
+	for i in 1 2 3 4 5 6 7 8 9 10; do grep -q "FLOCK.* $fl " /proc/locks && break; sleep 0.1; done
+	run "$PM" list --pool "$P"
+	check "a pool locked for writing by pid $fl: list exits 1 naming the pid" \
+		"failed_with \"held for writing by pid $fl\""
+	kill "$fl"
+	wait "$fl" 2>/dev/null
+	run "$PM" list --pool "$P"
+	check "once the holder is gone, list works" 'test $rc = 0'
+else
+	n=$((n + 1)); echo "ok $n # SKIP flock(1) not installed"
+	n=$((n + 1)); echo "ok $n # SKIP flock(1) not installed"
+fi
+
 # ----------------------------------------------------------------- verify file
 run "$PM" verify --file "$T/x.safetensors"
 check "verify --file: ok, checksums verified" 'test $rc = 0 && out_has "ok: step 3, rank 0 of 1, 19 tensors.*checksums verified"'

@@ -18,6 +18,11 @@
  * 0 on success, 1 on failure (with "pmckpt: <message>" on stderr), 2 on a
  * usage error.
  *
+ * Pools: list, verify and export open them read-only (PMA_REGION_RDONLY),
+ * so they work on a pool file the user may only read; import opens it for
+ * writing.  A pool that a job has open for writing is refused (the message
+ * names the job's pid): a pool is written by one process at a time.
+ *
  * Slots: `list --pool` reads each slot's seal (pmck_store_slot_step),
  * without verifying; with --verify it also recovers every store (verifying
  * its newest sealed slot, and the older one if that fails) and marks the
@@ -207,14 +212,20 @@ struct pool_handle {
 	struct pma_pool *pool;
 };
 
+/*
+ * writable: import.  list, verify and export only read: they open the pool
+ * read-only (a pool file the user cannot write, e.g. 0444, works; nothing
+ * on it changes; other readers may run beside them, a writer may not) and
+ * read only a part or read once, so no page tables are populated.
+ */
 static int
-pool_open(const char *path, int prefault, struct pool_handle *h)
+pool_open(const char *path, int writable, struct pool_handle *h)
 {
 	int ret;
 
 	memset(h, 0, sizeof(*h));
-	/* Listing and verifying read only a part or read once: no need to populate page tables. */
-	ret = pma_region_open(path, 0, prefault ? 0 : PMA_REGION_NO_PREFAULT, &h->region);
+	ret = pma_region_open(path, 0, writable ? 0 : PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT,
+			&h->region);
 	if (!ret && (ret = pma_pool_open(h->region, &h->pool)))
 		pma_region_close(&h->region);
 	if (ret) {

@@ -29,6 +29,8 @@ PMCK_SKIPPED = 1
 
 PMA_REGION_CREATE = 1 << 0
 PMA_REGION_NO_PREFAULT = 1 << 1
+PMA_REGION_RDONLY = 1 << 2
+PMCK_LOCAL_RDONLY = 1 << 0
 
 # enum pmck_dtype
 DT_BYTES, DT_BOOL, DT_U8, DT_I8, DT_I16, DT_U16, DT_F16, DT_BF16, DT_I32, DT_U32, \
@@ -76,7 +78,8 @@ class PipelineStats(Structure):
 
 class LocalOpts(Structure):
     _fields_ = [("pm_path", c_char_p), ("ramdisk_dir", c_char_p), ("store_name", c_char_p),
-                ("descs", POINTER(TensorDesc)), ("ndescs", c_size_t), ("pm_size", c_uint64)]
+                ("descs", POINTER(TensorDesc)), ("ndescs", c_size_t), ("pm_size", c_uint64),
+                ("flags", c_uint)]
 
 
 class Local(Structure):

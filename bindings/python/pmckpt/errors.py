@@ -8,6 +8,7 @@ PMA_E_NOT_POOL = -100001
 PMA_E_VERSION = -100002
 PMA_E_CORRUPT = -100003
 PMA_E_TRUNCATED = -100004
+PMA_E_BUSY = -100005
 PMCK_E_NO_CHECKPOINT = -100101
 PMCK_E_LAYOUT = -100102
 PMCK_E_CORRUPT = -100103
@@ -83,7 +84,9 @@ class SourceChangedError(Error):
 
 
 class BusyError(Error):
-    """A checkpoint is in flight (-EBUSY)."""
+    """A checkpoint is in flight (-EBUSY), or the store's pool file or device
+    is open in another process or another Store of this process (PMA_E_BUSY:
+    one writer at a time; the message names the path and the holder's pid)."""
 
 
 _BY_CODE = {
@@ -99,6 +102,7 @@ _BY_CODE = {
     PMA_E_VERSION: VersionError,
     -_errno.EBUSY: BusyError,
     PMCK_E_SOURCE_CHANGED: SourceChangedError,
+    PMA_E_BUSY: BusyError,
 }
 
 

@@ -486,6 +486,59 @@ def test_destroy():
         return same(st2, s2.load())
 
 
+_HOLDER = """
+import sys, torch, pmckpt
+s = pmckpt.Store(name=sys.argv[2], ramdisk=sys.argv[1])
+s.save({"w": torch.arange(10.0)}, 1)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_busy():
+    """One writer per store: a second Store on the name, in this process or another, raises
+    BusyError naming the holder's pid; a holder killed with SIGKILL leaves no lock."""
+    st = {"w": torch.arange(10.0)}
+    s1 = pmckpt.Store(name="busy", ramdisk=D)
+    s1.save(st, 1)
+    s2 = pmckpt.Store(name="busy", ramdisk=D)
+    for what, call in (("save", lambda: s2.save(st, 2)), ("load", s2.load)):
+        try:
+            call()
+            return f"second Store in this process: {what} did not raise"
+        except pmckpt.BusyError as e:
+            if f"pid {os.getpid()}" not in str(e) or e.code != pmckpt.errors.PMA_E_BUSY:
+                return f"{what}: BusyError without this pid {os.getpid()} or code: {e} ({e.code})"
+            T.diag(f"BusyError: {e}")
+    s1.close()
+    s2.save(st, 2)
+    if s2.load()["w"].tolist() != st["w"].tolist() or s2.last_recovery["step"] != 2:
+        return "after the first Store closed, the second did not save and load step 2"
+    s2.close()
+
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, D, "busy2"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        if p.stdout.readline().strip() != "ready":
+            return "the holder process did not start"
+        with pmckpt.Store(name="busy2", ramdisk=D) as s3:
+            try:
+                s3.save(st, 2)
+                return "a Store beside another process's did not raise"
+            except pmckpt.BusyError as e:
+                if f"pid {p.pid}" not in str(e):
+                    return f"BusyError does not name the holder's pid {p.pid}: {e}"
+                T.diag(f"BusyError: {e}")
+            p.kill()
+            p.wait()
+            s3.save(st, 2)  # the kernel dropped the dead holder's lock
+            if s3.load()["w"].tolist() != st["w"].tolist() or s3.last_recovery["step"] != 2:
+                return "after kill -9 of the holder: step 2 not saved and loaded"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_pm_path():
     """Store(path): a file standing in for an fsdax file (blank: formatted at first save)."""
     path = os.path.join(D, "fake-fsdax.pm")
@@ -628,6 +681,8 @@ T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldS
 T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
 T.run("steps must increase", test_step_order)
 T.run("destroy() frees the name for another layout", test_destroy)
+T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
+      test_busy)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
