@@ -229,6 +229,34 @@ int pma_pool_open_or_create(struct pma_region *r, unsigned max_allocs,
  */
 int pma_region_is_blank(const struct pma_region *r);
 
+/* Receives one problem found by pma_pool_check or pma_pool_salvage. */
+typedef void (*pma_problem_fn)(void *arg, int code, const char *message);
+
+/*
+ * pma_pool_check -- pmempool check's role: inspects the pool on r (header,
+ * every allocation-table entry, overlaps, duplicate names) without
+ * stopping at the first problem, calling report (may be NULL) once per
+ * problem with its code and a message.  Reads only.  Returns 0 when the
+ * pool is consistent, else the code of the first problem (PMA_E_NOT_POOL,
+ * PMA_E_VERSION, PMA_E_CORRUPT, PMA_E_TRUNCATED), or -EINVAL, -ENOMEM.
+ */
+int pma_pool_check(struct pma_region *r, pma_problem_fn report, void *arg);
+
+/*
+ * pma_pool_salvage -- opens what survives of a damaged pool, to recover
+ * the data that still verifies: the header's geometry when it is sound
+ * (even if its checksum fails), else the default geometry when the table
+ * found there holds valid entries (a wiped header); allocation entries
+ * that fail their checks, overlap or repeat a name are left out.  Each
+ * problem goes to report as in pma_pool_check.  The pool is read-only:
+ * pma_alloc and pma_free return -EROFS, and nothing on r is written.  On a
+ * sound pool it opens like pma_pool_open, read-only.
+ * Errors: the code of the first problem when no table could be read
+ * (PMA_E_NOT_POOL, PMA_E_VERSION, PMA_E_TRUNCATED), -EINVAL, -ENOMEM.
+ */
+int pma_pool_salvage(struct pma_region *r, pma_problem_fn report, void *arg,
+		struct pma_pool **out);
+
 /* pma_pool_close -- frees *p (not the region) and sets it to NULL. */
 void pma_pool_close(struct pma_pool **p);
 

@@ -27,65 +27,7 @@
 
 #include "pmalloc.h"
 #include "errmsg.h"
-
-#define POOL_MAGIC "PMAPOOL"   /* 8 bytes with the NUL */
-#define POOL_VERSION 1u
-#define POOL_HDR_AREA 4096u
-#define ENTRY_LIVE 0x4556494cu /* "LIVE" */
-#define DEFAULT_MAX_ALLOCS 1024u
-#define MAX_ALLOCS_LIMIT (1u << 20)
-
-struct pool_hdr {
-	char magic[8];
-	uint32_t version;
-	uint32_t hdr_size;
-	uint8_t uuid[16];
-	uint64_t pool_size;
-	uint64_t table_off;
-	uint64_t table_entries;
-	uint64_t heap_off;
-	uint64_t create_time_ns;
-	uint64_t checksum; /* XXH3-64 of every byte before this field */
-};
-
-struct table_entry {
-	uint64_t state; /* 0 free; ENTRY_LIVE | check << 32 live */
-	uint64_t offset;
-	uint64_t size;
-	uint64_t align;
-	char name[PMA_NAME_MAX];
-};
-
-_Static_assert(sizeof(struct table_entry) == 128, "table entry is 128 bytes");
-_Static_assert(sizeof(struct pool_hdr) <= POOL_HDR_AREA, "header fits its page");
-
-struct pma_pool {
-	struct pma_region *region;
-	char *base;
-	struct pool_hdr *hdr;
-	struct table_entry *table;
-	pthread_mutex_t lock; /* serialises table changes and scans */
-};
-
-static uint64_t
-hdr_checksum(const struct pool_hdr *h)
-{
-	return XXH3_64bits(h, offsetof(struct pool_hdr, checksum));
-}
-
-static uint64_t
-entry_state(const struct table_entry *e)
-{
-	uint64_t check = XXH3_64bits(&e->offset,
-			sizeof(*e) - offsetof(struct table_entry, offset));
-	return ENTRY_LIVE | (check << 32);
-}
-
-static int
-is_pow2(uint64_t x)
-{
-	return x && !(x & (x - 1));
-}
+#include "pool_format.h"
 
 static uint64_t
 align_up(uint64_t x, uint64_t a)
@@ -93,8 +35,8 @@ align_up(uint64_t x, uint64_t a)
 	return (x + a - 1) & ~(a - 1);
 }
 
-static int
-pool_new(struct pma_region *r, struct pma_pool **out)
+int
+pma__pool_new(struct pma_region *r, struct pma_pool **out)
 {
 	struct pma_pool *p = calloc(1, sizeof(*p));
 
@@ -131,7 +73,7 @@ pma_pool_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out
 				"(%llu bytes of metadata)", size, (unsigned long long)heap_off);
 
 	struct pma_pool *p;
-	int ret = pool_new(r, &p);
+	int ret = pma__pool_new(r, &p);
 	if (ret)
 		return ret;
 
@@ -162,7 +104,7 @@ pma_pool_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out
 	h.table_entries = max_allocs;
 	h.heap_off = heap_off;
 	memcpy(h.magic, POOL_MAGIC, sizeof(h.magic));
-	h.checksum = hdr_checksum(&h); /* covers the magic as it will be */
+	h.checksum = pool_hdr_checksum(&h); /* covers the magic as it will be */
 	memset(h.magic, 0, sizeof(h.magic));
 	pma_region_memcpy(r, p->hdr, &h, sizeof(h), 0);
 
@@ -170,27 +112,6 @@ pma_pool_create(struct pma_region *r, unsigned max_allocs, struct pma_pool **out
 	memcpy(p->hdr->magic, POOL_MAGIC, sizeof(p->hdr->magic));
 	pma_region_persist(r, p->hdr->magic, sizeof(p->hdr->magic));
 	*out = p;
-	return 0;
-}
-
-/* Validates one live entry against the header; 0 or PMA_E_CORRUPT. */
-static int
-check_entry(const struct pma_pool *p, uint64_t i)
-{
-	const struct table_entry *e = &p->table[i];
-	const struct pool_hdr *h = p->hdr;
-
-	if (e->state != entry_state(e))
-		return pma__err(PMA_E_CORRUPT, "allocation table entry %llu: state word "
-				"%#llx does not match its fields", (unsigned long long)i,
-				(unsigned long long)e->state);
-	if (!memchr(e->name, 0, sizeof(e->name)) || !e->name[0] || !is_pow2(e->align) ||
-	    e->offset % e->align || e->offset < h->heap_off || e->size == 0 ||
-	    e->size > h->pool_size || e->offset > h->pool_size - e->size)
-		return pma__err(PMA_E_CORRUPT, "allocation table entry %llu is inconsistent "
-				"(offset %llu size %llu align %llu)", (unsigned long long)i,
-				(unsigned long long)e->offset, (unsigned long long)e->size,
-				(unsigned long long)e->align);
 	return 0;
 }
 
@@ -228,62 +149,22 @@ pma_pool_open(struct pma_region *r, struct pma_pool **out)
 		return pma__err(-EINVAL, "pma_pool_open: region and out are required");
 	*out = NULL;
 
-	const struct pool_hdr *h = pma_region_addr(r);
-	size_t size = pma_region_size(r);
-	const char *path = pma_region_path(r);
-
-	if (size < POOL_HDR_AREA)
-		return pma__err(PMA_E_TRUNCATED, "%s: %zu bytes cannot hold a pool header", path, size);
-	if (memcmp(h->magic, POOL_MAGIC, sizeof(h->magic)))
-		return pma__err(PMA_E_NOT_POOL, "%s: no pool header (bad magic): not a pmalloc "
-				"pool, or its header was zeroed", path);
-	if (h->version != POOL_VERSION)
-		return pma__err(PMA_E_VERSION, "%s: pool version %u, this library reads version %u",
-				path, h->version, POOL_VERSION);
-	if (h->hdr_size != sizeof(*h) || hdr_checksum(h) != h->checksum)
-		return pma__err(PMA_E_CORRUPT, "%s: pool header checksum mismatch", path);
-	if (h->pool_size > size)
-		return pma__err(PMA_E_TRUNCATED, "%s: pool of %llu bytes but only %zu mapped "
-				"(file truncated?)", path, (unsigned long long)h->pool_size, size);
-	if (h->table_off != POOL_HDR_AREA || h->table_entries == 0 ||
-	    h->table_entries > MAX_ALLOCS_LIMIT ||
-	    h->heap_off < h->table_off + h->table_entries * sizeof(struct table_entry) ||
-	    h->heap_off > h->pool_size)
-		return pma__err(PMA_E_CORRUPT, "%s: pool header fields are inconsistent", path);
-
-	struct pma_pool *p;
-	int ret = pool_new(r, &p);
+	/* Every check of header and table lives in pool_check.c; here the first failure is the error. */
+	struct pool_problems pr = {.stop_at_first = 1};
+	struct pool_hdr geom;
+	uint8_t *bad = NULL;
+	int guessed;
+	int ret = pma__pool_inspect(r, &pr, &geom, &guessed, &bad);
+	free(bad);
 	if (ret)
 		return ret;
-	p->table = (struct table_entry *)(p->base + h->table_off);
 
-	for (uint64_t i = 0; i < h->table_entries; i++) {
-		if (p->table[i].state && (ret = check_entry(p, i)))
-			goto fail;
-	}
-	/* Live allocations must not overlap and names must be unique. */
-	struct table_entry **v;
-	size_t k;
-	if ((ret = live_entries(p, &v, &k)))
-		goto fail;
-	for (size_t i = 1; i < k && !ret; i++)
-		if (v[i - 1]->offset + v[i - 1]->size > v[i]->offset)
-			ret = pma__err(PMA_E_CORRUPT, "allocations '%s' and '%s' overlap",
-					v[i - 1]->name, v[i]->name);
-	for (size_t i = 0; i < k && !ret; i++)
-		for (size_t j = i + 1; j < k && !ret; j++)
-			if (!strcmp(v[i]->name, v[j]->name))
-				ret = pma__err(PMA_E_CORRUPT, "allocation name '%s' appears twice",
-						v[i]->name);
-	free(v);
-	if (ret)
-		goto fail;
+	struct pma_pool *p;
+	if ((ret = pma__pool_new(r, &p)))
+		return ret;
+	p->table = (struct table_entry *)(p->base + p->hdr->table_off);
 	*out = p;
 	return 0;
-fail:
-	pma__err_prefix(ret, "%s", path);
-	pma_pool_close(&p);
-	return ret;
 }
 
 void
@@ -292,6 +173,7 @@ pma_pool_close(struct pma_pool **pp)
 	if (!pp || !*pp)
 		return;
 	pthread_mutex_destroy(&(*pp)->lock);
+	free((*pp)->table_copy);
 	free(*pp);
 	*pp = NULL;
 }
@@ -355,15 +237,15 @@ pma_alloc(struct pma_pool *p, const char *name, size_t size, size_t align,
 {
 	if (!p || !name || !addr)
 		return pma__err(-EINVAL, "pma_alloc: pool, name and addr are required");
-	if (pma_region_rdonly(p->region))
-		return pma__err(-EROFS, "cannot allocate '%s': pool %s is open read-only", name,
-				pma_region_path(p->region));
+	if (pma_region_rdonly(p->region) || p->salvaged)
+		return pma__err(-EROFS, "cannot allocate '%s': pool %s is open read-only%s", name,
+				pma_region_path(p->region), p->salvaged ? " (salvaged)" : "");
 	size_t len = strlen(name);
 	if (len == 0 || len >= PMA_NAME_MAX)
 		return pma__err(-EINVAL, "allocation name must be 1..%d bytes", PMA_NAME_MAX - 1);
 	if (size == 0)
 		return pma__err(-EINVAL, "allocation '%s' of size 0", name);
-	if (align && !is_pow2(align))
+	if (align && !pool_is_pow2(align))
 		return pma__err(-EINVAL, "alignment %zu is not a power of two", align);
 	if (align < PMA_MIN_ALIGN)
 		align = PMA_MIN_ALIGN;
@@ -405,7 +287,7 @@ pma_alloc(struct pma_pool *p, const char *name, size_t size, size_t align,
 	pma_region_persist(p->region, e, sizeof(*e));
 
 	/* Persist point 2: publish with one aligned 8-byte store; the allocation exists from here. */
-	__atomic_store_n(&e->state, entry_state(e), __ATOMIC_RELEASE);
+	__atomic_store_n(&e->state, pool_entry_state(e), __ATOMIC_RELEASE);
 	pma_region_persist(p->region, &e->state, sizeof(e->state));
 	*addr = p->base + offset;
 out:
@@ -435,9 +317,9 @@ pma_free(struct pma_pool *p, const char *name)
 {
 	if (!p || !name)
 		return pma__err(-EINVAL, "pma_free: pool and name are required");
-	if (pma_region_rdonly(p->region))
-		return pma__err(-EROFS, "cannot free '%s': pool %s is open read-only", name,
-				pma_region_path(p->region));
+	if (pma_region_rdonly(p->region) || p->salvaged)
+		return pma__err(-EROFS, "cannot free '%s': pool %s is open read-only%s", name,
+				pma_region_path(p->region), p->salvaged ? " (salvaged)" : "");
 	pthread_mutex_lock(&p->lock);
 	struct table_entry *e = find_locked(p, name);
 	if (e) {
