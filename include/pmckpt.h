@@ -529,7 +529,8 @@ void pmck_local_close(struct pmck_local *l);
  * of the store's layout and world size and deletes the older ones (copier
  * thread, after each copy); steps of another layout or world size, or
  * with an unreadable marker, are never deleted by a copier (only
- * `pmckpt clean` removes them), and a copy onto such a complete step is
+ * pmck_copyout_clean, `pmckpt clean`, applies retention to every lineage),
+ * and a copy onto such a complete step is
  * refused (-EEXIST).  Leftovers of a crash (temporary files, steps without
  * COMPLETE) are removed when a single-rank copier starts; while running,
  * an incomplete step older than the oldest kept step of the copier's own

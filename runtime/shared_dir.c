@@ -102,7 +102,7 @@ json_u64(json_object *root, const char *key, uint64_t *v)
 /*
  * What the COMPLETE marker at `path` says.  An unreadable marker leaves
  * has_layout 0: such a step belongs to no layout, so retention never
- * removes it (only `pmckpt clean` does).
+ * removes it (pmck_copyout_clean leaves it alone too).
  */
 static void
 read_marker(const char *dir, uint64_t step, const char *path, struct pmck__marker *m)
