@@ -548,7 +548,8 @@ void pmck_local_close(struct pmck_local *l);
  * of the store's layout and world size and deletes the older ones (copier
  * thread, after each copy); steps of another layout or world size, or
  * with an unreadable marker, are never deleted by a copier (only
- * `pmckpt clean` removes them), and a copy onto such a complete step is
+ * pmck_copyout_clean, `pmckpt clean`, applies retention to every lineage),
+ * and a copy onto such a complete step is
  * refused (-EEXIST).  Leftovers of a crash (temporary files, steps without
  * COMPLETE) are removed when a single-rank copier starts; while running,
  * an incomplete step older than the oldest kept step of the copier's own
@@ -610,6 +611,113 @@ struct pmck_copyout_stats {
 	uint64_t busy_ns;     /* time spent writing, syncing and publishing files (not deleting) */
 };
 void pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st);
+
+/*
+ * Copy-out directories without a running job: what is in one, and
+ * retention by the copier's rules.  These are the library's reading of the
+ * layout above (which names are steps, what a marker says, which lineage a
+ * step belongs to); tools use them rather than parsing DIR themselves.
+ *
+ * A step is a directory DIR/step-<digits> whose name is the one the copier
+ * writes (at least 12 digits, zero-padded); other names are not steps.
+ */
+
+/* One file of a step directory. */
+struct pmck_copyout_file {
+	const char *name;     /* file name inside the step directory */
+	int rank;             /* N of rank-N.safetensors, else -1 */
+	int temporary;        /* a *.tmp leftover of an interrupted write */
+	uint64_t bytes;       /* st_size */
+};
+
+/* One step and what its COMPLETE marker says. */
+struct pmck_copyout_step {
+	uint64_t step;
+	const char *name;     /* "step-000000000042" */
+	int complete;         /* COMPLETE exists */
+	int marker_ok;        /* complete, and the marker is a JSON object (else "unreadable") */
+	/* Whether the marker records each field; older pmckpt versions wrote fewer. */
+	int has_world_size, has_layout_hash, has_generation;
+	unsigned world_size;  /* recorded; 1 if not recorded; 0 if the marker is unreadable */
+	/*
+	 * The step's layout hash: recorded in the marker, or for an older
+	 * marker read from the step's rank-00000 file; layout_known says
+	 * whether it is either.  A complete step without a known layout belongs
+	 * to no lineage (see pmck_copyout_clean).
+	 */
+	int layout_known;
+	uint64_t layout_hash;
+	uint64_t generation;  /* recorded; 0 if not recorded */
+	uint64_t bytes;       /* sum of its files' bytes */
+	size_t nfiles;
+	const struct pmck_copyout_file *files; /* sorted by name */
+};
+
+struct pmck_copyout_listing {
+	const char *dir;
+	uint64_t bytes;       /* sum of every step's bytes */
+	size_t nsteps;
+	const struct pmck_copyout_step *steps; /* ascending step numbers */
+};
+
+/*
+ * pmck_copyout_list -- the steps of copy-out directory `dir`, their files
+ * and markers, as the copier and recovery see them.  Reads only.  On
+ * success *out is one allocation (strings and arrays included) that the
+ * caller frees with pmck_copyout_listing_free; on failure *out is NULL.
+ * A step removed while being listed shows up with fewer files (or none).
+ * Errors: -errno of opendir(dir) (-ENOENT, -ENOTDIR, -EACCES), -ENOMEM.
+ */
+int pmck_copyout_list(const char *dir, struct pmck_copyout_listing **out);
+
+/* pmck_copyout_listing_free -- frees *l (may be NULL) and sets it NULL. */
+void pmck_copyout_listing_free(struct pmck_copyout_listing **l);
+
+#define PMCK_CLEAN_DRY_RUN 1u /* decide and report, remove nothing */
+
+enum pmck_clean_action {
+	PMCK_CLEAN_KEPT,      /* complete, among the newest `keep` of its lineage */
+	PMCK_CLEAN_REMOVED,   /* complete, older than its lineage's newest `keep`: removed */
+	PMCK_CLEAN_INCOMPLETE,/* no COMPLETE marker: removed */
+	PMCK_CLEAN_TEMPORARY, /* a *.tmp file inside a kept step (`file`): removed */
+	PMCK_CLEAN_UNKNOWN,   /* complete, lineage unknown (unreadable marker, or an older
+	                         marker whose rank-00000 file gives no layout): left alone */
+};
+
+/* One decision of pmck_copyout_clean. */
+struct pmck_clean_event {
+	enum pmck_clean_action action;
+	const struct pmck_copyout_step *step;  /* the step (valid during the call only) */
+	const struct pmck_copyout_file *file;  /* PMCK_CLEAN_TEMPORARY: the file; else NULL */
+	/* KEPT and REMOVED: position in the lineage, 0 for its newest step. */
+	size_t lineage_pos;
+};
+
+/*
+ * pmck_copyout_clean -- retention of copy-out directory `dir` without a
+ * running job, by the copier's rules applied to every lineage: the
+ * complete steps are grouped by (layout hash, world size); within each
+ * lineage the newest `keep` by (generation, step) are kept and the older
+ * ones removed, so a restarted run's low step numbers win over an older
+ * run's higher ones.  Every incomplete step is removed, and every *.tmp
+ * file inside a kept step.  Complete steps whose lineage cannot be told
+ * are left alone.  Removal is durable and crash-safe as the copier's: a
+ * step's marker goes first (fsync'd), then its files, the directory and
+ * an fsync of `dir`.
+ *
+ * No copier may write to `dir` meanwhile (an incomplete step may be one
+ * being written).
+ *
+ * Steps are visited newest step number first; for each, the TEMPORARY
+ * events of its files come before its own event.  `report` (may be NULL)
+ * is called once per decision, after the removal it reports succeeded
+ * (with PMCK_CLEAN_DRY_RUN, instead of it); a non-zero return stops the
+ * clean and is returned.  Errors: -EINVAL (keep 0, unknown flags),
+ * those of pmck_copyout_list, -errno of a removal (the clean stops there;
+ * what was reported before is done).
+ */
+int pmck_copyout_clean(const char *dir, unsigned keep, unsigned flags,
+		int (*report)(void *arg, const struct pmck_clean_event *ev), void *arg);
 
 /* ------------------------------------------------------- safetensors */
 

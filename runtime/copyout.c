@@ -62,7 +62,8 @@ now_ns(void)
  * layout, so its own newest `keep` steps are never removed, whatever their
  * step numbers (a run restarting at step 1 next to an old run's 1339).
  * Steps of another layout or world size, and steps whose marker cannot be
- * read, are never touched here (only `pmckpt clean` removes them).
+ * read, are never touched here (pmck_copyout_clean, `pmckpt clean`,
+ * applies this rule to every lineage; runtime/copyout_dir.c).
  *
  * Incomplete steps: with cleanup_all (start-up of a single rank: no
  * writer is running) every one goes.  While running, only one older than

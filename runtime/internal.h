@@ -138,7 +138,8 @@ int pmck__safetensors_layout(const char *path, uint64_t *hash);
 int pmck__fsync_dir(const char *dir);
 
 /*
- * shared_dir.c: a shared directory's steps, newest first by step number,
+ * shared_dir.c: a shared directory's steps (directories named as
+ * pmck__step_path names them), newest first by step number,
  * whether each is complete, and what its COMPLETE marker says.  A marker
  * written before generations existed has step and world_size only: its
  * generation is 0 and its layout hash is read from the step's rank-0 file
@@ -148,8 +149,10 @@ int pmck__fsync_dir(const char *dir);
 struct pmck__marker {
 	uint64_t layout_hash;
 	uint64_t generation;
-	unsigned world_size;
-	int has_layout;
+	unsigned world_size;    /* 1 if not recorded; 0 if the marker is unreadable */
+	int has_layout;         /* layout_hash known (recorded, or from the rank-0 file) */
+	int readable;           /* the marker is a JSON object */
+	int has_world, has_generation, recorded_layout; /* fields the marker records */
 };
 struct pmck__steps {
 	int64_t *step;
@@ -177,6 +180,8 @@ int pmck__step_path(char *buf, size_t len, const char *dir, uint64_t step, const
 int pmck__remove_step(const char *dir, const char *name);
 /* Removes the *.tmp leftovers of an interrupted write inside DIR/<name>. */
 int pmck__remove_tmp(const char *dir, const char *name);
+/* Is a file of a step directory such a leftover (name ends in ".tmp")? */
+int pmck__is_tmp(const char *name);
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */

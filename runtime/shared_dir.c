@@ -28,16 +28,31 @@
 
 #include "internal.h"
 
-/* "step-000000000042" -> 42; -1 for other names. */
+/*
+ * "step-000000000042" -> 42; -1 for other names.  Only the name the copier
+ * writes for a step (pmck__step_path: at least 12 digits, zero-padded)
+ * counts: every path is rebuilt from the number, so "step-42" or
+ * "step-+42" would name another directory than the one listed.
+ */
 static int64_t
 step_of(const char *name)
 {
-	char *end;
-	if (strncmp(name, "step-", 5) || !name[5])
+	char *end, canon[32];
+	if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9')
 		return -1;
 	errno = 0;
 	unsigned long long v = strtoull(name + 5, &end, 10);
-	return errno || *end || v > INT64_MAX ? -1 : (int64_t)v;
+	if (errno || *end || v > INT64_MAX)
+		return -1;
+	snprintf(canon, sizeof(canon), "step-%012llu", v);
+	return strcmp(canon, name) ? -1 : (int64_t)v;
+}
+
+int
+pmck__is_tmp(const char *name)
+{
+	size_t len = strlen(name);
+	return len > 4 && !strcmp(name + len - 4, ".tmp");
 }
 
 int
@@ -87,7 +102,7 @@ json_u64(json_object *root, const char *key, uint64_t *v)
 /*
  * What the COMPLETE marker at `path` says.  An unreadable marker leaves
  * has_layout 0: such a step belongs to no layout, so retention never
- * removes it (only `pmckpt clean` does).
+ * removes it (pmck_copyout_clean leaves it alone too).
  */
 static void
 read_marker(const char *dir, uint64_t step, const char *path, struct pmck__marker *m)
@@ -101,14 +116,17 @@ read_marker(const char *dir, uint64_t step, const char *path, struct pmck__marke
 		json_object_put(root);
 		return;
 	}
-	m->world_size = json_u64(root, "world_size", &v) == 0 && v > 0 && v <= UINT32_MAX
-			? (unsigned)v : 1;
-	m->generation = json_u64(root, "generation", &v) == 0 ? v : 0;
+	m->readable = 1;
+	m->has_world = json_u64(root, "world_size", &v) == 0 && v > 0 && v <= UINT32_MAX;
+	m->world_size = m->has_world ? (unsigned)v : 1;
+	m->has_generation = json_u64(root, "generation", &v) == 0;
+	m->generation = m->has_generation ? v : 0;
 	if (json_object_object_get_ex(root, "layout_hash", &o) && json_object_is_type(o, json_type_string)) {
 		char *end;
 		errno = 0;
 		m->layout_hash = strtoull(json_object_get_string(o), &end, 16);
 		m->has_layout = !errno && !*end && end != json_object_get_string(o);
+		m->recorded_layout = m->has_layout;
 	} else if (!pmck__step_path(file, sizeof(file), dir, step, "rank-00000.safetensors")) {
 		/* A marker of an older pmckpt: every rank's file carries the layout hash. */
 		m->has_layout = pmck__safetensors_layout(file, &m->layout_hash) == 0;
@@ -140,6 +158,11 @@ pmck__list_steps(const char *dir, struct pmck__steps *l)
 	while (l->step && (de = readdir(d))) {
 		int64_t s = step_of(de->d_name);
 		if (s < 0)
+			continue;
+		/* A file with a step's name is not a step: nothing to list or remove. */
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (de->d_type != DT_DIR && (de->d_type != DT_UNKNOWN || stat(path, &st) ||
+		    !S_ISDIR(st.st_mode)))
 			continue;
 		if (l->n == cap)
 			l->step = realloc(l->step, (cap *= 2) * sizeof(*l->step));
@@ -258,8 +281,7 @@ pmck__remove_tmp(const char *dir, const char *name)
 		return 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		size_t len = strlen(de->d_name);
-		if (len > 4 && !strcmp(de->d_name + len - 4, ".tmp")) {
+		if (pmck__is_tmp(de->d_name)) {
 			snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
 			removed += unlink(file) == 0;
 		}

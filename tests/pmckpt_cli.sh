@@ -307,6 +307,37 @@ run "$PM" clean --dir "$D" --keep 1
 check "clean --keep 1: removes step 2, keeps 3" \
 	'test $rc = 0 && out_has "removed step 2" && out_has "kept step 3" && test "$(ls "$D")" = step-000000000003'
 
+# A restarted run (issue #22): an old run of layout aa at steps 1337..1339, a new run
+# of layout bb at 1..3, and a step whose marker is unreadable; markers by hand.
+D2="$S/runs"
+mkstep() { # STEP LAYOUT GENERATION
+	d="$D2/$(printf 'step-%012d' "$1")"
+	mkdir -p "$d" && echo data >"$d/rank-00000.safetensors" &&
+	printf '{"step": %d, "world_size": 1, "layout_hash": "%s", "generation": %d}\n' \
+		"$1" "$2" "$3" >"$d/COMPLETE"
+}
+for s in 1337 1338 1339; do mkstep $s 00000000000000aa 1; done
+for s in 1 2 3; do mkstep $s 00000000000000bb 1; done
+mkstep 5 00000000000000bb 1 && echo '{"step": 5,' >"$D2/step-000000000005/COMPLETE"
+run "$PM" list --dir "$D2" --json
+check "list --dir --json: layout hash, generation and lineage of each step; unreadable marker" \
+	"test \$rc = 0 && json_ok \"[s['lineage'] for s in d['steps']] == ['00000000000000bb/1'] * 3 +
+	 [None] + ['00000000000000aa/1'] * 3 and d['steps'][3]['marker_ok'] is False and
+	 all(s['generation'] == 1 for s in d['steps'] if s['step'] != 5)\""
+run "$PM" clean --dir "$D2" --keep 2 --dry-run
+check "clean --dry-run of a restarted run: per lineage, the unreadable step left alone" \
+	'test $rc = 0 && out_has "would remove step 1 (complete, beyond --keep 2 of lineage 00000000000000bb/1" &&
+	 out_has "would remove step 1337 (complete" && out_has "left step 5 (unreadable" &&
+	 out_has "kept step 3 " && test -d "$D2/step-000000000001" && test -d "$D2/step-000000001337"'
+run "$PM" clean --dir "$D2" --keep 2 --json
+check "clean --keep 2 --json: keeps 2 of each lineage (the new run's 3, 2 too), leaves 5" \
+	"test \$rc = 0 && json_ok \"d['kept'] == [1339, 1338, 3, 2] and
+	 [(s['step'], s['lineage']) for s in d['removed']] ==
+	     [(1337, '00000000000000aa/1'), (1, '00000000000000bb/1')] and
+	 [s['step'] for s in d['left']] == [5]\""
+check "clean: the new run's steps 2 and 3 are still there" \
+	'test "$(ls "$D2" | tr "\n" " ")" = "step-000000000002 step-000000000003 step-000000000005 step-000000001338 step-000000001339 "'
+
 # ---------------------------------------------------------------------- usage
 run "$PM"
 check "no command: exit 2, usage" usage_error

@@ -28,18 +28,18 @@
  * its newest sealed slot, and the older one if that fails) and marks the
  * slot it verified and any it rejected.
  *
- * Cleaning: there is no public cleaning call, so `clean` applies its
- * rules to the documented directory layout: keep the K complete steps
- * with the largest step numbers (those with a COMPLETE marker), remove
- * older complete steps and every incomplete step (and temporary files).
- * Unlike the copier's retention (runtime/copyout.c), which only ever
- * removes steps of its own layout and world size and orders runs by their
- * generation, `clean` is the explicit removal: it looks at every step,
- * whatever layout, world size or run wrote it (`list --dir` shows each
- * step's layout hash, world size and generation).  Like the copier's
- * start-up, it assumes no copier is writing to DIR meanwhile.
+ * Directories: `list --dir`, `verify --dir` and `clean` see a copy-out
+ * directory through the library (pmck_copyout_list, pmck_copyout_clean),
+ * which owns its rules: which names are steps, what a COMPLETE marker
+ * says, which lineage (layout hash and world size) a step belongs to.
+ * `clean` is the copier's retention applied to every lineage: in each, the
+ * newest K complete steps by (generation, step) stay and the older ones
+ * go, so a run restarted at step 1 keeps its steps next to an older run's
+ * 1339; every incomplete step and the temporary files of kept steps go
+ * too, and steps whose lineage cannot be told (unreadable marker) are left
+ * alone and reported.  Like the copier's start-up, it assumes no copier is
+ * writing to DIR meanwhile.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -59,7 +59,6 @@
 #include "pmckpt.h"
 #include "lib/toolutil.h"
 
-#define MARKER "COMPLETE"
 #define META_SUFFIX ".meta"
 
 static const char usage_text[] =
@@ -79,7 +78,8 @@ static const char usage_text[] =
 	"                                                  (creates a missing store from the\n"
 	"                                                  file's layout, and the pool on a\n"
 	"                                                  blank device or a new file of S bytes)\n"
-	"  clean  --dir DIR --keep K [--dry-run]           keep the newest K complete steps,\n"
+	"  clean  --dir DIR --keep K [--dry-run]           keep the newest K complete steps of\n"
+	"                                                  each run lineage (layout, world size),\n"
 	"                                                  remove the others and leftovers\n"
 	"                                                  (no copier may write to DIR meanwhile)\n"
 	"  create --pool PATH [--size S] [--force]        a pool on a devdax device, an fsdax\n"
@@ -496,228 +496,64 @@ cmd_list_pool(const struct opts *o)
 
 /* --------------------------------------------------- copy-out directories */
 
-struct dfile {
-	char name[NAME_MAX + 1];
-	uint64_t bytes;
-	int rank;       /* -1 if not a rank file */
-	int temporary;  /* a *.tmp leftover */
-};
-
-struct dstep {
-	uint64_t step;
-	char name[NAME_MAX + 1];
-	int complete;
-	long world_size;   /* from the marker; -1 unreadable */
-	char layout[24];   /* the marker's layout_hash; "" if it has none (older pmckpt) */
-	uint64_t generation; /* the marker's run generation; 0 if it has none */
-	uint64_t bytes;
-	struct dfile *f;
-	size_t nf;
-};
-
-struct dlist {
-	struct dstep *s;
-	size_t n;
-	uint64_t bytes;
-};
-
-/* "step-000000000042" -> 42 (the copier's parser, runtime/copyout.c). */
-static int
-step_of(const char *name, uint64_t *step)
-{
-	char *end;
-
-	if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9')
-		return -1;
-	errno = 0;
-	unsigned long long v = strtoull(name + 5, &end, 10);
-	if (errno || *end || v > INT64_MAX)
-		return -1;
-	*step = v;
-	return 0;
-}
-
-static int
-rank_of(const char *name)
-{
-	unsigned r;
-	int n = 0;
-
-	if (sscanf(name, "rank-%u.safetensors%n", &r, &n) == 1 && name[n] == 0 && r <= INT_MAX)
-		return (int)r;
-	return -1;
-}
-
-static int
-ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcmp(s + a - b, suffix);
-}
-
-/* The marker's world size (-1 unreadable), layout hash and generation (see include/pmckpt.h). */
+/* "lineage" of a step: its layout hash and world size, the unit of retention. */
 static void
-read_marker(const char *path, struct dstep *s)
+lineage_text(const struct pmck_copyout_step *s, char *buf, size_t len)
 {
-	json_object *m = json_object_from_file(path), *w;
-
-	s->world_size = -1;
-	if (m && json_object_is_type(m, json_type_object)) {
-		if (!json_object_object_get_ex(m, "world_size", &w))
-			s->world_size = 1;
-		else if (json_object_is_type(w, json_type_int) && json_object_get_int64(w) > 0)
-			s->world_size = (long)json_object_get_int64(w);
-		if (json_object_object_get_ex(m, "layout_hash", &w) &&
-		    json_object_is_type(w, json_type_string))
-			fmt(s->layout, sizeof(s->layout), "%.16s", json_object_get_string(w));
-		if (json_object_object_get_ex(m, "generation", &w) &&
-		    json_object_is_type(w, json_type_int) && json_object_get_int64(w) >= 0)
-			s->generation = (uint64_t)json_object_get_int64(w);
-	}
-	json_object_put(m);
-}
-
-static int
-cmp_step(const void *a, const void *b)
-{
-	const struct dstep *x = a, *y = b;
-	return x->step < y->step ? -1 : x->step > y->step;
-}
-
-static int
-cmp_file(const void *a, const void *b)
-{
-	return strcmp(((const struct dfile *)a)->name, ((const struct dfile *)b)->name);
-}
-
-static void
-free_dlist(struct dlist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->s[i].f);
-	free(l->s);
-}
-
-/* The steps of dir in ascending order, with their files. */
-static int
-scan_dir(const char *dir, struct dlist *l)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	size_t cap = 0;
-	char path[PATH_MAX];
-
-	memset(l, 0, sizeof(*l));
-	if (!d)
-		return fail("%s: %s", dir, strerror(errno));
-	while ((de = readdir(d))) {
-		uint64_t step;
-		struct stat st;
-		if (step_of(de->d_name, &step))
-			continue;
-		fmt(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (stat(path, &st) || !S_ISDIR(st.st_mode))
-			continue;
-		if (l->n == cap) {
-			struct dstep *s = realloc(l->s, (cap = cap ? 2 * cap : 16) * sizeof(*s));
-			if (!s)
-				goto nomem;
-			l->s = s;
-		}
-		struct dstep *s = &l->s[l->n++];
-		memset(s, 0, sizeof(*s));
-		s->step = step;
-		s->world_size = -1;
-		fmt(s->name, sizeof(s->name), "%s", de->d_name);
-	}
-	closedir(d);
-	d = NULL;
-	if (l->n)
-		qsort(l->s, l->n, sizeof(*l->s), cmp_step);
-
-	for (size_t i = 0; i < l->n; i++) {
-		struct dstep *s = &l->s[i];
-		size_t fcap = 0;
-		fmt(path, sizeof(path), "%s/%s", dir, s->name);
-		DIR *sd = opendir(path);
-		if (!sd)
-			continue; /* removed meanwhile: an empty step */
-		while ((de = readdir(sd))) {
-			char fp[PATH_MAX + NAME_MAX + 2];
-			struct stat st;
-			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-				continue;
-			fmt(fp, sizeof(fp), "%s/%s", path, de->d_name);
-			if (lstat(fp, &st))
-				continue;
-			if (!strcmp(de->d_name, MARKER)) {
-				s->complete = 1;
-				read_marker(fp, s);
-			}
-			if (s->nf == fcap) {
-				struct dfile *f = realloc(s->f, (fcap = fcap ? 2 * fcap : 8) * sizeof(*f));
-				if (!f) {
-					closedir(sd);
-					goto nomem;
-				}
-				s->f = f;
-			}
-			struct dfile *f = &s->f[s->nf++];
-			fmt(f->name, sizeof(f->name), "%s", de->d_name);
-			f->bytes = (uint64_t)st.st_size;
-			f->rank = rank_of(de->d_name);
-			f->temporary = ends_with(de->d_name, ".tmp");
-			s->bytes += f->bytes;
-		}
-		closedir(sd);
-		if (s->nf)
-			qsort(s->f, s->nf, sizeof(*s->f), cmp_file);
-		l->bytes += s->bytes;
-	}
-	return 0;
-nomem:
-	if (d)
-		closedir(d);
-	free_dlist(l);
-	return fail("out of memory");
+	fmt(buf, len, "%016" PRIx64 "/%u", s->layout_hash, s->world_size);
 }
 
 static size_t
-count_complete(const struct dlist *l)
+count_complete(const struct pmck_copyout_listing *l)
 {
 	size_t c = 0;
-	for (size_t i = 0; i < l->n; i++)
-		c += l->s[i].complete;
+	for (size_t i = 0; i < l->nsteps; i++)
+		c += l->steps[i].complete;
 	return c;
+}
+
+static int
+list_dir(const char *dir, struct pmck_copyout_listing **l)
+{
+	return pmck_copyout_list(dir, l) ? fail("%s", pmck_errormsg()) : 0;
 }
 
 static int
 cmd_list_dir(const struct opts *o)
 {
-	struct dlist l;
-	char b[32];
-	int ret = scan_dir(o->dir, &l);
+	struct pmck_copyout_listing *l;
+	char b[32], lin[48];
+	int ret = list_dir(o->dir, &l);
 
 	if (ret)
 		return ret;
 	if (o->json) {
 		json_object *root = json_object_new_object(), *arr = json_object_new_array();
 		json_object_object_add(root, "dir", json_object_new_string(o->dir));
-		json_object_object_add(root, "bytes", ju64(l.bytes));
-		for (size_t i = 0; i < l.n; i++) {
-			const struct dstep *s = &l.s[i];
+		json_object_object_add(root, "bytes", ju64(l->bytes));
+		for (size_t i = 0; i < l->nsteps; i++) {
+			const struct pmck_copyout_step *s = &l->steps[i];
 			json_object *so = json_object_new_object(), *fa = json_object_new_array();
 			json_object_object_add(so, "step", ju64(s->step));
 			json_object_object_add(so, "name", json_object_new_string(s->name));
 			json_object_object_add(so, "complete", json_object_new_boolean(s->complete));
+			if (s->complete)
+				json_object_object_add(so, "marker_ok", json_object_new_boolean(s->marker_ok));
 			json_object_object_add(so, "world_size",
-					s->world_size > 0 ? ju64((uint64_t)s->world_size) : NULL);
-			json_object_object_add(so, "layout_hash", s->complete && s->layout[0] ?
-					json_object_new_string(s->layout) : NULL);
-			json_object_object_add(so, "generation", s->complete ? ju64(s->generation) : NULL);
+					s->world_size > 0 ? ju64(s->world_size) : NULL);
+			fmt(b, sizeof(b), "%016" PRIx64, s->layout_hash);
+			json_object_object_add(so, "layout_hash", s->layout_known ?
+					json_object_new_string(b) : NULL);
+			if (s->layout_known)
+				json_object_object_add(so, "layout_hash_recorded",
+						json_object_new_boolean(s->has_layout_hash));
+			json_object_object_add(so, "generation", s->marker_ok ? ju64(s->generation) : NULL);
+			lineage_text(s, lin, sizeof(lin));
+			json_object_object_add(so, "lineage", s->layout_known ?
+					json_object_new_string(lin) : NULL);
 			json_object_object_add(so, "bytes", ju64(s->bytes));
-			for (size_t k = 0; k < s->nf; k++) {
-				const struct dfile *f = &s->f[k];
+			for (size_t k = 0; k < s->nfiles; k++) {
+				const struct pmck_copyout_file *f = &s->files[k];
 				json_object *fo = json_object_new_object();
 				json_object_object_add(fo, "name", json_object_new_string(f->name));
 				json_object_object_add(fo, "rank", f->rank >= 0 ? ju64((uint64_t)f->rank) : NULL);
@@ -731,26 +567,30 @@ cmd_list_dir(const struct opts *o)
 		json_object_object_add(root, "steps", arr);
 		print_json(root);
 	} else {
-		printf("dir %s: %zu step%s (%zu complete), %s\n", o->dir, l.n,
-				l.n == 1 ? "" : "s", count_complete(&l), hsize_b(l.bytes, b, sizeof(b)));
-		for (size_t i = 0; i < l.n; i++) {
-			const struct dstep *s = &l.s[i];
+		printf("dir %s: %zu step%s (%zu complete), %s\n", o->dir, l->nsteps,
+				l->nsteps == 1 ? "" : "s", count_complete(l), hsize_b(l->bytes, b, sizeof(b)));
+		for (size_t i = 0; i < l->nsteps; i++) {
+			const struct pmck_copyout_step *s = &l->steps[i];
 			printf("step %" PRIu64 ": %s", s->step, s->complete ? "complete" : "INCOMPLETE");
-			if (s->complete && s->world_size > 0)
-				printf(", world size %ld, layout %s, generation %" PRIu64, s->world_size,
-						s->layout[0] ? s->layout : "unrecorded", s->generation);
+			if (s->marker_ok && s->layout_known)
+				printf(", world size %u, layout %016" PRIx64 "%s, generation %" PRIu64,
+						s->world_size, s->layout_hash,
+						s->has_layout_hash ? "" : " (from rank 0's file)", s->generation);
+			else if (s->marker_ok)
+				printf(", world size %u, layout unknown, generation %" PRIu64,
+						s->world_size, s->generation);
 			else if (s->complete)
 				printf(", unreadable marker");
-			printf(", %zu file%s, %s\n", s->nf, s->nf == 1 ? "" : "s",
+			printf(", %zu file%s, %s\n", s->nfiles, s->nfiles == 1 ? "" : "s",
 					hsize(s->bytes, b, sizeof(b)));
-			for (size_t k = 0; k < s->nf; k++) {
-				const struct dfile *f = &s->f[k];
+			for (size_t k = 0; k < s->nfiles; k++) {
+				const struct pmck_copyout_file *f = &s->files[k];
 				printf("  %-32s %14" PRIu64 " bytes%s\n", f->name, f->bytes,
 						f->temporary ? "  (temporary: leftover of a copy)" : "");
 			}
 		}
 	}
-	free_dlist(&l);
+	pmck_copyout_listing_free(&l);
 	return 0;
 }
 
@@ -866,9 +706,9 @@ cmd_verify_file(const struct opts *o)
 static int
 cmd_verify_dir(const struct opts *o)
 {
-	struct dlist l;
+	struct pmck_copyout_listing *l;
 	char path[PATH_MAX * 2], first[1024] = "";
-	int ret = scan_dir(o->dir, &l), bad = 0;
+	int ret = list_dir(o->dir, &l), bad = 0;
 	size_t checked = 0;
 
 	if (ret)
@@ -879,8 +719,8 @@ cmd_verify_dir(const struct opts *o)
 		arr = json_object_new_array();
 		json_object_object_add(root, "dir", json_object_new_string(o->dir));
 	}
-	for (size_t i = 0; i < l.n; i++) {
-		const struct dstep *s = &l.s[i];
+	for (size_t i = 0; i < l->nsteps; i++) {
+		const struct pmck_copyout_step *s = &l->steps[i];
 		json_object *so = NULL, *fa = NULL;
 		char err[768] = "";
 		if (o->json) {
@@ -894,20 +734,20 @@ cmd_verify_dir(const struct opts *o)
 		}
 		if (s->complete) {
 			checked++;
-			if (s->world_size < 1)
-				fmt(err, sizeof(err), "%s/%s: unreadable " MARKER " marker", o->dir,
+			if (!s->marker_ok)
+				fmt(err, sizeof(err), "%s/%s: unreadable COMPLETE marker", o->dir,
 						s->name);
 			/* Every rank of the world must have its file. */
-			for (long r = 0; !err[0] && r < s->world_size; r++) {
+			for (unsigned r = 0; !err[0] && r < s->world_size; r++) {
 				size_t k;
-				for (k = 0; k < s->nf && s->f[k].rank != r; k++)
+				for (k = 0; k < s->nfiles && s->files[k].rank != (int)r; k++)
 					;
-				if (k == s->nf)
-					fmt(err, sizeof(err), "%s/%s: no file for rank %ld of %ld", o->dir,
+				if (k == s->nfiles)
+					fmt(err, sizeof(err), "%s/%s: no file for rank %u of %u", o->dir,
 							s->name, r, s->world_size);
 			}
-			for (size_t k = 0; k < s->nf; k++) {
-				const struct dfile *f = &s->f[k];
+			for (size_t k = 0; k < s->nfiles; k++) {
+				const struct pmck_copyout_file *f = &s->files[k];
 				struct pmck_file_info fi;
 				char why[1024] = "";
 				if (f->rank < 0)
@@ -955,7 +795,7 @@ cmd_verify_dir(const struct opts *o)
 	} else if (!first[0]) {
 		printf("%s: %zu complete step%s verified\n", o->dir, checked, checked == 1 ? "" : "s");
 	}
-	free_dlist(&l);
+	pmck_copyout_listing_free(&l);
 	if (first[0])
 		return bad > 1 ? fail("%s (and %d more failed steps)", first, bad - 1) : fail("%s", first);
 	return 0;
@@ -1144,143 +984,124 @@ out:
 
 /* ----------------------------------------------------------------- clean */
 
+struct clean_out {
+	const struct opts *o;
+	json_object *kept, *removed, *files, *left;
+	uint64_t freed;
+	unsigned nkept, nleft;
+};
+
+/* One decision of pmck_copyout_clean, printed or added to the JSON document. */
 static int
-fsync_dir(const char *dir)
+clean_report(void *arg, const struct pmck_clean_event *ev)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+	struct clean_out *c = arg;
+	const struct opts *o = c->o;
+	const struct pmck_copyout_step *s = ev->step;
+	const char *verb = o->dry_run ? "would remove" : "removed";
+	char b[32], lin[48], fp[PATH_MAX * 2];
+	json_object *so;
 
-	if (fd < 0 || fsync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	return ret;
-}
-
-/* Like the copier: the marker first, so a crash halfway leaves an incomplete step. */
-static int
-remove_step(const char *dir, const struct dstep *s, char *err, size_t errlen)
-{
-	char path[PATH_MAX], file[PATH_MAX + NAME_MAX + 2];
-	const char *what = file;
-	int e = 0;
-
-	fmt(path, sizeof(path), "%s/%s", dir, s->name);
-	fmt(file, sizeof(file), "%s/" MARKER, path);
-	if (unlink(file) && errno != ENOENT) {
-		e = errno;
-		goto bad;
-	}
-	if (s->complete && (e = -fsync_dir(path))) {
-		what = path;
-		goto bad;
-	}
-	for (size_t k = 0; k < s->nf; k++) {
-		fmt(file, sizeof(file), "%s/%s", path, s->f[k].name);
-		if (unlink(file) && errno != ENOENT) {
-			e = errno;
-			goto bad;
+	lineage_text(s, lin, sizeof(lin));
+	switch (ev->action) {
+	case PMCK_CLEAN_TEMPORARY:
+		fmt(fp, sizeof(fp), "%s/%s/%s", o->dir, s->name, ev->file->name);
+		c->freed += ev->file->bytes;
+		if (!o->json) {
+			printf("%s %s (temporary, %" PRIu64 " bytes)\n", verb, fp, ev->file->bytes);
+			break;
 		}
-	}
-	if (rmdir(path) && errno != ENOENT) {
-		e = errno;
-		what = path;
-		goto bad;
-	}
-	if ((e = -fsync_dir(dir))) {
-		what = dir;
-		goto bad;
+		so = json_object_new_object();
+		json_object_object_add(so, "file", json_object_new_string(fp));
+		json_object_object_add(so, "step", ju64(s->step));
+		json_object_object_add(so, "bytes", ju64(ev->file->bytes));
+		json_object_array_add(c->files, so);
+		break;
+	case PMCK_CLEAN_KEPT:
+		c->nkept++;
+		if (o->json)
+			json_object_array_add(c->kept, ju64(s->step));
+		else
+			printf("kept step %" PRIu64 " (%s, lineage %s, generation %" PRIu64 ")\n",
+					s->step, hsize(s->bytes, b, sizeof(b)), lin, s->generation);
+		break;
+	case PMCK_CLEAN_REMOVED:
+	case PMCK_CLEAN_INCOMPLETE:
+		c->freed += s->bytes;
+		if (!o->json) {
+			if (ev->action == PMCK_CLEAN_REMOVED)
+				printf("%s step %" PRIu64 " (complete, beyond --keep %llu of lineage %s, "
+						"generation %" PRIu64 ", %s)\n", verb, s->step, o->keep, lin,
+						s->generation, hsize(s->bytes, b, sizeof(b)));
+			else
+				printf("%s step %" PRIu64 " (incomplete, %s)\n", verb, s->step,
+						hsize(s->bytes, b, sizeof(b)));
+			break;
+		}
+		so = json_object_new_object();
+		json_object_object_add(so, "step", ju64(s->step));
+		json_object_object_add(so, "name", json_object_new_string(s->name));
+		json_object_object_add(so, "complete", json_object_new_boolean(s->complete));
+		json_object_object_add(so, "lineage", s->complete ? json_object_new_string(lin) : NULL);
+		json_object_object_add(so, "generation", s->complete ? ju64(s->generation) : NULL);
+		json_object_object_add(so, "bytes", ju64(s->bytes));
+		json_object_array_add(c->removed, so);
+		break;
+	case PMCK_CLEAN_UNKNOWN:
+		c->nleft++;
+		if (!o->json) {
+			printf("left step %" PRIu64 " (%s: lineage unknown, not removed)\n", s->step,
+					s->marker_ok ? "no layout hash in its marker or rank 0's file" :
+					"unreadable COMPLETE marker");
+			break;
+		}
+		so = json_object_new_object();
+		json_object_object_add(so, "step", ju64(s->step));
+		json_object_object_add(so, "name", json_object_new_string(s->name));
+		json_object_object_add(so, "marker_ok", json_object_new_boolean(s->marker_ok));
+		json_object_object_add(so, "bytes", ju64(s->bytes));
+		json_object_array_add(c->left, so);
+		break;
 	}
 	return 0;
-bad:
-	fmt(err, errlen, "remove %s: %s", what, strerror(e));
-	return -1;
 }
 
+/* Retention per lineage, by the library's rules (pmck_copyout_clean). */
 static int
 cmd_clean(const struct opts *o)
 {
-	struct dlist l;
-	char err[PATH_MAX + 256] = "", b[32];
-	uint64_t freed = 0;
-	unsigned kept = 0;
-	int ret = scan_dir(o->dir, &l);
+	struct clean_out c = {.o = o};
+	char err[1024] = "", b[32];
 
-	if (ret)
-		return ret;
-	json_object *root = NULL, *rm = NULL, *keep = NULL, *rmf = NULL;
 	if (o->json) {
-		root = json_object_new_object();
-		rm = json_object_new_array();
-		keep = json_object_new_array();
-		rmf = json_object_new_array();
+		c.kept = json_object_new_array();
+		c.removed = json_object_new_array();
+		c.files = json_object_new_array();
+		c.left = json_object_new_array();
 	}
-	/* Newest first: the copier's start-up rules (cleanup of everything incomplete). */
-	for (size_t i = l.n; i-- > 0 && !err[0];) {
-		const struct dstep *s = &l.s[i];
-		int drop = !s->complete || kept >= o->keep;
-		if (!drop) {
-			kept++;
-			/* Temporary files in a kept step are leftovers of a crashed re-copy. */
-			for (size_t k = 0; k < s->nf && !err[0]; k++) {
-				char fp[PATH_MAX * 2];
-				if (!s->f[k].temporary)
-					continue;
-				fmt(fp, sizeof(fp), "%s/%s/%s", o->dir, s->name, s->f[k].name);
-				if (!o->dry_run && unlink(fp) && errno != ENOENT)
-					fmt(err, sizeof(err), "remove %s: %s", fp, strerror(errno));
-				else {
-					freed += s->f[k].bytes;
-					if (o->json) {
-						json_object *fo = json_object_new_object();
-						json_object_object_add(fo, "file", json_object_new_string(fp));
-						json_object_object_add(fo, "bytes", ju64(s->f[k].bytes));
-						json_object_array_add(rmf, fo);
-					} else
-						printf("%s %s (temporary, %" PRIu64 " bytes)\n",
-								o->dry_run ? "would remove" : "removed", fp,
-								s->f[k].bytes);
-				}
-			}
-			if (o->json)
-				json_object_array_add(keep, ju64(s->step));
-			else
-				printf("kept step %" PRIu64 " (%s)\n", s->step, hsize(s->bytes, b, sizeof(b)));
-			continue;
-		}
-		if (!o->dry_run && remove_step(o->dir, s, err, sizeof(err)))
-			break;
-		freed += s->bytes;
-		if (o->json) {
-			json_object *so = json_object_new_object();
-			json_object_object_add(so, "step", ju64(s->step));
-			json_object_object_add(so, "name", json_object_new_string(s->name));
-			json_object_object_add(so, "complete", json_object_new_boolean(s->complete));
-			json_object_object_add(so, "bytes", ju64(s->bytes));
-			json_object_array_add(rm, so);
-		} else {
-			printf("%s step %" PRIu64 " (%s, %s)\n", o->dry_run ? "would remove" : "removed",
-					s->step, s->complete ? "complete, beyond --keep" : "incomplete",
-					hsize(s->bytes, b, sizeof(b)));
-		}
-	}
+	if (pmck_copyout_clean(o->dir, (unsigned)o->keep, o->dry_run ? PMCK_CLEAN_DRY_RUN : 0,
+			clean_report, &c))
+		fmt(err, sizeof(err), "%s", pmck_errormsg());
 	if (o->json) {
+		json_object *root = json_object_new_object();
 		json_object_object_add(root, "dir", json_object_new_string(o->dir));
 		json_object_object_add(root, "keep", ju64(o->keep));
 		json_object_object_add(root, "dry_run", json_object_new_boolean(o->dry_run));
 		json_object_object_add(root, "ok", json_object_new_boolean(!err[0]));
-		json_object_object_add(root, "kept", keep);
-		json_object_object_add(root, "removed", rm);
-		json_object_object_add(root, "removed_files", rmf);
-		json_object_object_add(root, "freed_bytes", ju64(freed));
+		json_object_object_add(root, "kept", c.kept);
+		json_object_object_add(root, "removed", c.removed);
+		json_object_object_add(root, "removed_files", c.files);
+		json_object_object_add(root, "left", c.left);
+		json_object_object_add(root, "freed_bytes", ju64(c.freed));
 		if (err[0])
 			json_object_object_add(root, "error", json_object_new_string(err));
 		print_json(root);
-	} else {
-		printf("%s: kept %u complete step%s, %s %s\n", o->dir, kept,
-				kept == 1 ? "" : "s", o->dry_run ? "would free" : "freed",
-				hsize_b(freed, b, sizeof(b)));
+	} else if (!err[0]) {
+		printf("%s: kept %u complete step%s", o->dir, c.nkept, c.nkept == 1 ? "" : "s");
+		if (c.nleft)
+			printf(", left %u of unknown lineage", c.nleft);
+		printf(", %s %s\n", o->dry_run ? "would free" : "freed", hsize_b(c.freed, b, sizeof(b)));
 	}
-	free_dlist(&l);
 	return err[0] ? fail("%s", err) : 0;
 }
 
