@@ -12,6 +12,8 @@
  *   pmckpt import --pool FILE --store NAME --file F.safetensors [--step N] [--size S]
  *   pmckpt clean  --dir DIR --keep K [--dry-run]
  *   pmckpt create --pool PATH [--size S] [--force]
+ *   pmckpt check  --pool FILE
+ *   pmckpt repair --pool FILE --out DIR
  *
  * Every subcommand takes --json: one JSON document on stdout with stable
  * field names, sizes in bytes.  Human-readable text otherwise.  Exit status
@@ -82,6 +84,13 @@ static const char usage_text[] =
 	"                                                  each run lineage (layout, world size),\n"
 	"                                                  remove the others and leftovers\n"
 	"                                                  (no copier may write to DIR meanwhile)\n"
+	"  check  --pool FILE                              is the pool consistent, and does\n"
+	"                                                  every store's checkpoint verify\n"
+	"                                                  (exit 1 if not; reads only)\n"
+	"  repair --pool FILE --out DIR                    save what verifies: each store's\n"
+	"                                                  newest verified checkpoint as\n"
+	"                                                  DIR/STORE.safetensors (reads the\n"
+	"                                                  pool only, salvaging a damaged one)\n"
 	"  create --pool PATH [--size S] [--force]        a pool on a devdax device, an fsdax\n"
 	"                                                  file or a new file of S bytes (512M,\n"
 	"                                                  8G); refuses a pool, a file system or\n"
@@ -303,7 +312,7 @@ shape_text(const struct pmck_tensor_info *t, char *buf, size_t len)
  */
 static int
 list_store(struct pool_handle *h, const char *pool, const char *name, int tensors, int verify,
-		int json, json_object *arr)
+		int json, json_object *arr, int *damaged)
 {
 	struct pmck_store *s = NULL;
 	struct pmck_recovery rec = {0};
@@ -320,6 +329,8 @@ list_store(struct pool_handle *h, const char *pool, const char *name, int tensor
 			printf("store %s: cannot open: %s\n", name, msg);
 		}
 		fprintf(stderr, "pmckpt: %s: store '%s': %s\n", pool, name, msg);
+		if (damaged)
+			*damaged = 1;
 		return 1;
 	}
 	size_t n = pmck_store_ntensors(s);
@@ -435,6 +446,8 @@ list_store(struct pool_handle *h, const char *pool, const char *name, int tensor
 		}
 	}
 	pmck_store_close(&s);
+	if (damaged && verify && (rec.rejected || (ret && newest >= 0)))
+		*damaged = 1;
 	/* A store that was never checkpointed is not a failure; sealed slots that all fail are. */
 	if (verify && ret && newest >= 0) {
 		fprintf(stderr, "pmckpt: %s: %s\n", pool, why);
@@ -484,7 +497,7 @@ cmd_list_pool(const struct opts *o)
 	for (size_t i = 0; i < l.n; i++)
 		if (!o->store || !strcmp(l.v[i], o->store))
 			bad |= list_store(&h, o->pool, l.v[i], o->store || o->verbose, o->verify,
-					o->json, arr);
+					o->json, arr, NULL);
 	if (o->json) {
 		json_object_object_add(root, "stores", arr);
 		print_json(root);
@@ -1105,6 +1118,175 @@ cmd_clean(const struct opts *o)
 	return err[0] ? fail("%s", err) : 0;
 }
 
+/* -------------------------------------------------------- check, repair */
+
+/* Problems of a pool as pma_pool_check / pma_pool_salvage report them. */
+struct problems {
+	json_object *arr; /* --json */
+	unsigned n;
+	int quiet, json, to_stderr;
+};
+
+static void
+on_problem(void *arg, int code, const char *message)
+{
+	struct problems *p = arg;
+
+	p->n++;
+	if (p->json) {
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "code", json_object_new_int(code));
+		json_object_object_add(o, "message", json_object_new_string(message));
+		json_object_array_add(p->arr, o);
+	} else if (p->to_stderr) {
+		if (!p->quiet)
+			fprintf(stderr, "pmckpt: %s\n", message);
+	} else {
+		printf("  problem: %s\n", message);
+	}
+}
+
+/*
+ * The pool of a check or repair: opened read-only, as it is when sound,
+ * else what pma_pool_salvage can read of it (*salvaged = 1).
+ */
+static int
+open_for_check(const char *path, struct problems *pr, struct pool_handle *h, int *salvaged,
+		int *consistent)
+{
+	memset(h, 0, sizeof(*h));
+	*salvaged = 0;
+	if (pma_region_open(path, 0, PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT, &h->region))
+		return fail("%s", pma_errormsg());
+	*consistent = pma_pool_check(h->region, on_problem, pr) == 0;
+	if (*consistent && !pma_pool_open(h->region, &h->pool))
+		return 0;
+	/* Problems were reported once already: the salvage reports nothing new. */
+	if (pma_pool_salvage(h->region, NULL, NULL, &h->pool)) {
+		int ret = fail("%s: nothing can be salvaged: %s", path, pma_errormsg());
+		pma_region_close(&h->region);
+		return ret;
+	}
+	*salvaged = 1;
+	return 0;
+}
+
+/* pmempool check's role: is the pool consistent, and does every store's newest checkpoint verify? */
+static int
+cmd_check(const struct opts *o)
+{
+	struct problems pr = {.json = o->json, .quiet = o->quiet};
+	struct pool_handle h;
+	struct names l = {0};
+	int salvaged, consistent, damaged = 0, ret;
+	json_object *root = NULL, *stores = NULL;
+
+	if (o->json) {
+		root = json_object_new_object();
+		pr.arr = json_object_new_array();
+		stores = json_object_new_array();
+	} else {
+		printf("pool %s:\n", o->pool);
+	}
+	if ((ret = open_for_check(o->pool, &pr, &h, &salvaged, &consistent))) {
+		json_object_put(root);
+		json_object_put(pr.arr);
+		json_object_put(stores);
+		return ret;
+	}
+	if (pma_pool_foreach(h.pool, collect_store, &l))
+		ret = fail("%s: out of memory", o->pool);
+	for (size_t i = 0; i < l.n && !ret; i++)
+		list_store(&h, o->pool, l.v[i], 0, 1, o->json, stores, &damaged);
+	int ok = consistent && !damaged && !ret;
+	if (o->json) {
+		json_object_object_add(root, "pool", json_object_new_string(o->pool));
+		json_object_object_add(root, "consistent", json_object_new_boolean(ok));
+		json_object_object_add(root, "pool_consistent", json_object_new_boolean(consistent));
+		json_object_object_add(root, "salvaged", json_object_new_boolean(salvaged));
+		json_object_object_add(root, "problems", pr.arr);
+		json_object_object_add(root, "stores", stores);
+		print_json(root);
+	} else {
+		printf("%s: %s%s; %zu store%s%s\n", o->pool,
+				consistent ? "pool consistent" : "pool NOT consistent",
+				salvaged ? " (read as salvaged)" : "", l.n, l.n == 1 ? "" : "s",
+				damaged ? ", some with damaged or unusable checkpoints" : "");
+	}
+	free_names(&l);
+	pool_close(&h);
+	if (!ok && !ret)
+		ret = fail("%s is not consistent (pmckpt repair --out DIR saves what verifies)",
+				o->pool);
+	return ret;
+}
+
+/* Recovers what verifies: each store's newest verified checkpoint, exported to DIR/<store>.safetensors. */
+static int
+cmd_repair(const struct opts *o)
+{
+	struct problems pr = {.json = 0, .quiet = o->quiet, .to_stderr = 1};
+	struct pool_handle h;
+	struct names l = {0};
+	int salvaged, consistent, lost = 0, ret;
+	char path[PATH_MAX];
+	json_object *root = NULL, *arr = NULL;
+
+	if (mkdir(o->out, 0755) && errno != EEXIST)
+		return fail("mkdir %s: %s", o->out, strerror(errno));
+	if ((ret = open_for_check(o->pool, &pr, &h, &salvaged, &consistent)))
+		return ret;
+	if (pma_pool_foreach(h.pool, collect_store, &l)) {
+		pool_close(&h);
+		return fail("%s: out of memory", o->pool);
+	}
+	if (o->json) {
+		root = json_object_new_object();
+		arr = json_object_new_array();
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		struct pmck_store *s = NULL;
+		struct pmck_recovery rec = {0};
+		char why[512] = "";
+		int saved = 0;
+		fmt(path, sizeof(path), "%s/%s.safetensors", o->out, l.v[i]);
+		if (pmck_store_open(h.pool, l.v[i], &s) || pmck_store_recover(s, &rec) ||
+		    pmck_safetensors_write(s, path, 0, 1))
+			fmt(why, sizeof(why), "%s", pmck_errormsg());
+		else
+			saved = 1;
+		lost |= !saved;
+		if (o->json) {
+			json_object *so = json_object_new_object();
+			json_object_object_add(so, "store", json_object_new_string(l.v[i]));
+			json_object_object_add(so, "saved", json_object_new_boolean(saved));
+			if (saved) {
+				json_object_object_add(so, "file", json_object_new_string(path));
+				json_object_object_add(so, "step", ju64(rec.step));
+			} else {
+				json_object_object_add(so, "error", json_object_new_string(why));
+			}
+			json_object_array_add(arr, so);
+		} else if (saved) {
+			printf("store %s: step %" PRIu64 " verified, saved to %s\n", l.v[i], rec.step,
+					path);
+		} else {
+			printf("store %s: nothing saved: %s\n", l.v[i], why);
+		}
+		pmck_store_close(&s);
+	}
+	if (o->json) {
+		json_object_object_add(root, "pool", json_object_new_string(o->pool));
+		json_object_object_add(root, "pool_consistent", json_object_new_boolean(consistent));
+		json_object_object_add(root, "salvaged", json_object_new_boolean(salvaged));
+		json_object_object_add(root, "stores", arr);
+		print_json(root);
+	}
+	free_names(&l);
+	pool_close(&h);
+	return lost ? fail("%s: some stores had nothing that verifies", o->pool) : 0;
+}
+
 /* ---------------------------------------------------------------- create */
 
 static int
@@ -1244,7 +1426,8 @@ main(int argc, char **argv)
 	}
 	o.cmd = argv[1];
 	if (strcmp(o.cmd, "list") && strcmp(o.cmd, "verify") && strcmp(o.cmd, "export") &&
-	    strcmp(o.cmd, "import") && strcmp(o.cmd, "clean") && strcmp(o.cmd, "create"))
+	    strcmp(o.cmd, "import") && strcmp(o.cmd, "clean") && strcmp(o.cmd, "create") &&
+	    strcmp(o.cmd, "check") && strcmp(o.cmd, "repair"))
 		return usage_error("unknown command '%s'", o.cmd);
 
 	optind = 2;
@@ -1305,6 +1488,15 @@ main(int argc, char **argv)
 		    o.have_rank || o.have_world || o.dry_run || o.verbose || o.verify)
 			return usage_error("create takes --pool PATH [--size S] [--force]");
 		return cmd_create(&o);
+	}
+	if (!strcmp(o.cmd, "check") || !strcmp(o.cmd, "repair")) {
+		int repair = !strcmp(o.cmd, "repair");
+		if (!o.pool || o.dir || o.file || o.store || (!repair && o.out) || (repair && !o.out) ||
+		    o.have_keep || o.have_step || o.have_rank || o.have_world || o.dry_run ||
+		    o.verbose || o.verify || o.force || o.have_size)
+			return usage_error(repair ? "repair takes --pool FILE --out DIR" :
+					"check takes --pool FILE");
+		return repair ? cmd_repair(&o) : cmd_check(&o);
 	}
 	if (o.force)
 		return usage_error("--force is an option of create");
