@@ -128,7 +128,12 @@ main(int argc, char **argv)
 	} else if (ret == PMCK_E_NO_CHECKPOINT) {
 		printf("rank %u: no checkpoint: starting at step 1\n", rank);
 	} else {
-		fail("pmck_global_recover");
+		/* Refused (another world size, data lost): leave no store this attempt made. */
+		fprintf(stderr, "train_mpi: rank %u: %s\n", rank, pmck_errormsg());
+		pmck_copyout_delete(&co);
+		pmck_global_delete(&g);
+		pmck_local_discard(&local);
+		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
 
 	/* A global pipeline: begin completes the previous step's agreement first. */

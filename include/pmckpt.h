@@ -491,6 +491,7 @@ struct pmck_local {
 	char path[4096];          /* what was mapped */
 	char description[4608];   /* one line saying which backend and why */
 	int created;              /* 1: the pool was formatted by this open (blank medium) */
+	int made_file;            /* 1: this open created the file at `path` */
 };
 
 /*
@@ -525,6 +526,15 @@ int pmck_local_pool_size(const struct pmck_tensor_desc *descs, size_t n, uint64_
 
 /* pmck_local_close -- closes store, pool and region of *l. */
 void pmck_local_close(struct pmck_local *l);
+
+/*
+ * pmck_local_discard -- closes *l like pmck_local_close and, if the open
+ * created the file (made_file), removes it again: for a job that opened its
+ * store and was then refused (pmck_global_recover: PMCK_E_WORLD_SIZE, a
+ * layout mismatch), so that the refused attempt leaves nothing behind.  A
+ * device, or a file that existed before, is left as it is.
+ */
+void pmck_local_discard(struct pmck_local *l);
 
 /* ---------------------------------------------------------- copy-out */
 

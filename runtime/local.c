@@ -188,6 +188,7 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		ret = local_open_existing(l->pool, name, o->descs, o->ndescs, &l->store);
 	else if (!ret)
 		ret = pmck_store_open_or_create(l->pool, name, o->descs, o->ndescs, &l->store);
+	l->made_file = made;
 	if (ret) {
 		pmck_local_close(l);
 		/* Nothing this call made is left behind: not the file, not its directories. */
@@ -211,4 +212,15 @@ pmck_local_close(struct pmck_local *l)
 	pmck_store_close(&l->store);
 	pma_pool_close(&l->pool);
 	pma_region_close(&l->region);
+}
+
+void
+pmck_local_discard(struct pmck_local *l)
+{
+	if (!l)
+		return;
+	pmck_local_close(l);
+	if (l->made_file && l->path[0])
+		unlink(l->path);
+	l->made_file = 0;
 }

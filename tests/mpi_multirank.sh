@@ -102,14 +102,19 @@ fi
 
 # Another world size (issue #24): 4 -> 2 and 4 -> 5 are refused on every rank, naming both
 # sizes, and nothing in the shared directory changes; then 4 ranks recover the same step as before.
-snap() { (cd "$DIR/shared" && find . -type f | sort | xargs -r stat -c '%n %s %Y') 2>/dev/null; }
+# Shared files by name, size and time; ramdisk pools by name and size (a writable mapping's
+# page faults touch a pool's mtime without changing a byte).
+snap() {
+	(cd "$DIR" && find shared -type f | sort | xargs -r stat -c '%n %s %Y' &&
+		find ramdisk -type f | sort | xargs -r stat -c '%n %s') 2>/dev/null
+}
 was=$(echo "$out" | sed -n 's/^rank 0 step \([0-9]*\) .*/\1/p')
 before=$(snap)
 for np in 2 5; do
 	out=$(timeout 120 mpirun -np $np --oversubscribe "$PROG" recover "$DIR" 2>&1)
 	if [ "$(echo "$out" | grep -c "none: the newest checkpoint was written by 4 ranks, this job has $np")" = $np ] &&
 	   [ "$(snap)" = "$before" ]; then
-		ok "4 -> $np ranks: every rank refuses with both sizes named, the shared directory is unchanged"
+		ok "4 -> $np ranks: every rank refuses with both sizes named; shared and ramdisk files unchanged (no new rank's pool left)"
 	else
 		notok "4 -> $np ranks"
 		echo "$out" | sed 's/^/# /'

@@ -108,7 +108,11 @@ main(int argc, char **argv)
 		}
 		fflush(stdout);
 		pmck_global_delete(&g);
-		pmck_local_close(&l);
+		/* Refused: a store this attempt created goes again (a 5th rank's new file). */
+		if (ret == PMCK_E_WORLD_SIZE)
+			pmck_local_discard(&l);
+		else
+			pmck_local_close(&l);
 		MPI_Finalize();
 		return ret == 0 && !exact;
 	}

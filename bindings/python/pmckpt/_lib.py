@@ -85,7 +85,7 @@ class LocalOpts(Structure):
 class Local(Structure):
     _fields_ = [("region", c_void_p), ("pool", c_void_p), ("store", c_void_p),
                 ("backend", c_int), ("path", c_char * 4096), ("description", c_char * 4608),
-                ("created", c_int)]
+                ("created", c_int), ("made_file", c_int)]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64, c_uint64)
