@@ -138,8 +138,14 @@ def worker(mode, d, rank, world, rdzv, args):
         else:
             logfd = os.open(os.path.join(d, f"global.{rank}"),
                             os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            reader, first = pmckpt.dcp.StorageReader(s), 1
+            try:  # a restarted job: resume after the step every rank loads
+                dcp.load(sharded(mesh, 0), storage_reader=reader)
+                first = reader.step + 1
+            except BaseException:  # DCP wraps NoCheckpointError; the first run has nothing
+                pass
             fut = None
-            for step in range(1, 1 << 30):
+            for step in range(first, 1 << 30):
                 state = sharded(mesh, step)
                 if fut is not None:
                     fut.result()
