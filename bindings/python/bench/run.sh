@@ -1,5 +1,6 @@
 #!/bin/sh
-# run.sh [ARGS] -- the Python binding's benchmark (bench_dcp.py) with the
+# run.sh [ARGS] -- the Python binding's benchmarks (bench_dcp.py [ARGS], then
+# bench_dcp_ranks.py: DCP on 4 ranks) with the
 # interpreter of tools/python-env, against $BUILD/libpmckpt.so.0 and the
 # package in this working tree.  `make bench` runs it after the C benchmarks.
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -15,5 +16,7 @@ if readelf -d "$lib" 2>/dev/null | grep -q 'lib[at]san'; then
 	exit 0
 fi
 py=$("$root/tools/python-env") || exit 1
-PMCKPT_LIBRARY=$lib PYTHONPATH=$root/bindings/python PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-	exec "$py" "$root/bindings/python/bench/bench_dcp.py" "$@"
+export PMCKPT_LIBRARY=$lib PYTHONPATH=$root/bindings/python PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+"$py" "$root/bindings/python/bench/bench_dcp.py" "$@" || exit 1
+# DCP on 4 ranks (gloo), pmckpt.dcp against FileSystemWriter/Reader
+exec "$py" "$root/bindings/python/bench/bench_dcp_ranks.py"

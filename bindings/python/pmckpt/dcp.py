@@ -1,40 +1,59 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""torch.distributed.checkpoint (DCP) storage on a pmckpt store.
+"""torch.distributed.checkpoint (DCP) storage on pmckpt stores, one per rank.
 
     import torch.distributed.checkpoint as dcp
-    store = pmckpt.Store(name="dcp")
-    dcp.save(state, storage_writer=pmckpt.dcp.StorageWriter(store))
+    store = pmckpt.Store(name="job", group=True, shared_dir="/shared/ckpt")  # each rank
+    dcp.save(state, storage_writer=pmckpt.dcp.StorageWriter(store), checkpoint_id=step)
     fut = dcp.async_save(state, storage_writer=pmckpt.dcp.StorageWriter(store))
     dcp.load(state, storage_reader=pmckpt.dcp.StorageReader(store))
 
-DCP keeps its planners (deduplication, resharding, stateful objects);
-pmckpt gives each checkpoint the two-slot commit: write_data begins a
-checkpoint and queues every tensor item on the layer-wise pipeline, finish
-adds DCP's Metadata (pickled, with the items DCP serialises to bytes) as the
-checkpoint's metadata tensor, which commits it, atomically, and copies it out
-when the store has a shared_dir.  A checkpoint_id that is an integer (or a
+DCP keeps its planners (deduplication, resharding, stateful objects); each
+rank's items become one pmckpt checkpoint in that rank's store, with the
+two-slot commit, layer-wise writes and the copy-out to
+SHARED/step-S/rank-R.safetensors.  A checkpoint_id that is an integer (or a
 string of digits) is the step; otherwise steps count up from the newest.
 
-One store per rank (a node-local store).  The coordinator's store also holds
-the global Metadata; other ranks commit their items at the end of
-write_data.  Tested in a single process (no process group).
+Where things are (docs/python.md, "DCP on several ranks"):
+  - every rank's checkpoint carries DCP's global Metadata: the coordinator
+    builds it in prepare_global_plan and DCP's scatter hands it to every rank
+    with its plan, so each store (and each copy-out file) can answer
+    read_metadata alone.  Item locations are (saved rank, key).
+  - every rank stores all the items of its local plan, the replicated ones
+    that DCP's deduplication gave to another rank too: a load on the same
+    ranks never needs another node's store.
+  - the reader takes an item from this rank's store when it holds the step
+    and the item's saved rank is its own; otherwise from the saved rank's
+    copy-out file of that step (checksums verified); otherwise, for a tensor
+    replicated here with the same chunk, from this store's copy; otherwise it
+    raises NoCheckpointError naming the rank, step and item.
+  - which step: checkpoint_id if given.  With Store(group=...): when every
+    rank has its store (or its copy-out file) the group's recovery agrees on
+    one step (the global step; docs/multirank.md); otherwise (another number
+    of ranks) the newest step complete in shared_dir on every rank.  Without
+    a group: this store's newest verified step, else the newest complete step
+    in shared_dir.
+  - AsyncCheckpointerType.PROCESS pickles the writer as a recipe to reopen
+    the same store (path or ramdisk, name, shared_dir, keep, rank,
+    world_size, group); the checkpoint process opens it once and keeps it.
 """
+import dataclasses
 import io
 import pickle
 import uuid
+from collections import ChainMap
 
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import storage as _storage
-from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
-                                                   Metadata, StorageMeta,
-                                                   TensorStorageMetadata)
+from torch.distributed.checkpoint.default_planner import create_default_global_save_plan
+from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.futures import Future
 
 from ._copy import Copier
-from ._state import Decoder
-from .store import copy_into
-from .errors import Error
+from ._dcp_sources import (FileSource, LocalSource, complete_steps, missing, payload_of,
+                           shared_file)
+from .errors import Error, NoCheckpointError
+from .store import Store, copy_into
 
 __all__ = ["StorageWriter", "StorageReader"]
 
@@ -47,25 +66,82 @@ def _key(index):
 
 
 def _step_of(checkpoint_id):
-    if isinstance(checkpoint_id, int):
+    if isinstance(checkpoint_id, int) and not isinstance(checkpoint_id, bool):
         return checkpoint_id
     if isinstance(checkpoint_id, str) and checkpoint_id.isdigit():
         return int(checkpoint_id)
     return None
 
 
-class StorageWriter(_storage.StorageWriter):
-    """Writes DCP checkpoints into a pmckpt.Store."""
+@dataclasses.dataclass
+class _GlobalPlan:
+    """What prepare_global_plan attaches to each rank's plan (SavePlan.storage_data)."""
+    rank: int
+    world_size: int
+    metadata: bytes  # pickled global Metadata, storage_data = {index: (rank, key)}
 
-    def __init__(self, store, step=None):
+
+# ------------------------------------------------------------ reopening in another process
+
+def _recipe(store):
+    """What reopens `store` in another process (never its handles)."""
+    name = store.name
+    group = store._coll is not None
+    if group:  # Store(group=...) appended "-rankR"; it will again
+        suffix = f"-rank{store.rank}"
+        name = name[:-len(suffix)] if name.endswith(suffix) else name
+    return {"path": store.path, "name": name,
+            "ramdisk": store.ramdisk_dir if store.path is None else None,
+            "shared_dir": store.shared_dir, "keep": store.keep, "rank": store.rank,
+            "world_size": store.world_size, "threads": store.threads,
+            "meta_capacity": store.meta_capacity, "gpu_source": store.gpu_source,
+            "size": store.size or None, "group": group}
+
+
+_REOPENED = {}  # recipe -> Store, per process: the checkpoint process keeps its stores open
+
+
+def _reopen(recipe):
+    k = tuple(sorted(recipe.items()))
+    s = _REOPENED.get(k)
+    if s is None:
+        r = dict(recipe)
+        group = r.pop("group")
+        rank, world = r.pop("rank"), r.pop("world_size")
+        if group:  # a group of the process's own default group (DCP's checkpoint process makes one)
+            s = Store(r.pop("path"), group=True, **r)
+        else:
+            s = Store(r.pop("path"), rank=rank, world_size=world, **r)
+        _REOPENED[k] = s
+    return s
+
+
+# ------------------------------------------------------------ writing
+
+class StorageWriter(_storage.StorageWriter):
+    """Writes each rank's part of a DCP checkpoint into that rank's pmckpt.Store.
+
+    wait_copyout: finish only once the checkpoint is also in shared_dir (set
+    when the writer runs in DCP's checkpoint process, which may be ended at
+    any time after the save's future resolves)."""
+
+    def __init__(self, store, step=None, wait_copyout=False):
         super().__init__()
         self.store = store
+        self.wait_copyout = wait_copyout
         self._step = step
         self._handle = None
-        self._prep = None
-        self._bytes = {}
+        self._payload = None
+        self._local_items = None
         self.is_coordinator = True
+        self.rank = store.rank
         self.save_id = uuid.uuid4().hex
+
+    def __getstate__(self):
+        return {"recipe": _recipe(self.store), "step": self._step}
+
+    def __setstate__(self, state):
+        self.__init__(_reopen(state["recipe"]), state["step"], wait_copyout=True)
 
     def reset(self, checkpoint_id=None):
         step = _step_of(checkpoint_id)
@@ -75,120 +151,270 @@ class StorageWriter(_storage.StorageWriter):
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
         self.is_coordinator = is_coordinator
-        self.rank = kwargs.get("rank", 0)
+        self.rank = kwargs.get("rank", self.rank)
 
     def storage_meta(self):
         return StorageMeta(checkpoint_id=f"pmckpt:{self.store.name}", save_id=self.save_id)
 
     def prepare_local_plan(self, plan):
+        self._local_items = list(plan.items)  # before DCP's deduplication drops replicas
         return plan
 
     def prepare_global_plan(self, plans):
-        return plans
+        """On the coordinator: the global Metadata, as DCP's default planner builds it, with
+        item locations (rank, key); every rank gets it with its plan and stores it."""
+        single = len(plans) == 1
+        _, md = create_default_global_save_plan(plans, rewrite_index_hints=False)
+        mappings = [p.planner_data for p in plans if isinstance(p.planner_data, dict)]
+        if mappings:
+            md = dataclasses.replace(md, planner_data=dict(ChainMap(*mappings)))
+        md.storage_data = {}
+        for i, p in enumerate(plans):
+            r = self.rank if single else i
+            for item in p.items:
+                md.storage_data[item.index] = (r, _key(item.index))
+        md.storage_meta = self.storage_meta()
+        blob = pickle.dumps(md)
+        return [dataclasses.replace(p, storage_data=_GlobalPlan(
+            self.rank if single else i, len(plans), blob)) for i, p in enumerate(plans)]
+
+    def _fit_rank(self, rank, world_size):
+        """Copy-out names files by the store's rank: take DCP's when the store was left at
+        rank 0 of 1 (Store(name=f"job-r{rank}") without rank=)."""
+        s = self.store
+        if (s.rank, s.world_size) == (rank, world_size):
+            return
+        if s._coll is None and (s.rank, s.world_size) == (0, 1) and not s._copyout:
+            s.rank, s.world_size = rank, world_size
+            return
+        raise Error(f"store '{s.name}' is rank {s.rank} of {s.world_size}, DCP saves as rank "
+                    f"{rank} of {world_size}: pass Store(rank=, world_size=) matching DCP's "
+                    "process group, or group=")
 
     def write_data(self, plan, planner):
-        tensors, self._bytes, results = {}, {}, []
-        for item in plan.items:
+        g = plan.storage_data
+        if not isinstance(g, _GlobalPlan):
+            raise Error("the plan lacks the global metadata pmckpt.dcp.StorageWriter attaches in "
+                        "prepare_global_plan (was another writer's global plan used?)")
+        self._fit_rank(g.rank, g.world_size)
+        tensors, byts, results, names, seen = {}, {}, [], {}, {}
+        planned = {item.index for item in plan.items}
+        extra = [it for it in (self._local_items or []) if it.index not in planned]
+        # in local-plan order, so that names do not depend on what deduplication kept here
+        pos = {it.index: i for i, it in enumerate(self._local_items or ())}
+        items = sorted(list(plan.items) + extra, key=lambda it: pos.get(it.index, len(pos)))
+        for item in items:
             key = _key(item.index)
             data = planner.resolve_data(item)
             if item.type == WriteItemType.BYTE_IO:
                 b = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
-                self._bytes[key] = b
-                results.append(_storage.WriteResult(index=item.index, size_in_bytes=len(b),
-                                                    storage_data=key))
+                byts[key] = b
+                n = len(b)
             else:
                 t = data.detach()
-                tensors[key] = t
-                results.append(_storage.WriteResult(
-                    index=item.index, size_in_bytes=t.numel() * t.element_size(),
-                    storage_data=key))
-        # Room for the Metadata that finish() will bring: pickle a stand-in of the same shape.
-        md = Metadata(state_dict_metadata={
-            r.index.fqn: (BytesStorageMetadata() if r.storage_data in self._bytes else
-                          TensorStorageMetadata(
-                              properties=it.tensor_data.properties, size=it.tensor_data.size,
-                              chunks=[ChunkStorageMetadata(offsets=it.tensor_data.chunk.offsets,
-                                                           sizes=it.tensor_data.chunk.sizes)]))
-            for r, it in zip(results, plan.items)},
-            storage_data={r.index: r.storage_data for r in results},
-            storage_meta=self.storage_meta())
-        extra = len(pickle.dumps({"metadata": md, "bytes": self._bytes}))
-        extra = extra * max(1, self.store.world_size) + (4 << 10)
-        step = self._step if self._step is not None else self.store._next_step()
+                # named by fqn, not offset: every rank's store then has the same layout
+                # (Store(group=...) requires it) when shards are even
+                i = seen.get(item.index.fqn, 0)
+                seen[item.index.fqn] = i + 1
+                name = item.index.fqn if i == 0 else f"{item.index.fqn}#{i}"
+                names[key] = name
+                tensors[name] = t
+                n = t.numel() * t.element_size()
+            if item.index in planned:
+                results.append(_storage.WriteResult(index=item.index, size_in_bytes=n,
+                                                    storage_data=(g.rank, key)))
+        self._payload = {"metadata": pickle.loads(g.metadata), "bytes": byts, "rank": g.rank,
+                         "world_size": g.world_size, "names": names}
+        room = 2 * (len(g.metadata) + len(pickle.dumps(byts))) + (8 << 10)
+        s = self.store
+        step = self._step if self._step is not None else s._next_step()
         self._step = None
-        prep = self.store._prepare(tensors, step, kind="dcp", extra_capacity=extra)
-        self._prep = prep
-        self._handle = self.store._start(prep, step)
+        self._prep = s._prepare(tensors, step, kind="dcp", extra_capacity=room)
+        self._handle = s._start(self._prep, step)
         if self._handle.skipped:
+            self._handle = None
             raise Error(f"DCP checkpoint of step {step} skipped: the previous one is still "
                         "being written (Store(on_busy='skip'))")
         if not self.is_coordinator:
-            self._commit(None)
+            self._commit()
         fut = Future()
         fut.set_result(results)
         return fut
 
-    def _commit(self, metadata):
-        binary = pickle.dumps({"metadata": metadata, "bytes": self._bytes})
-        self.store._put_meta(self._handle, self._prep.doc, binary)
-        h, self._handle, self._prep = self._handle, None, None
+    def _commit(self):
+        s = self.store
+        h, self._handle = self._handle, None
+        s._put_meta(h, self._prep.doc, pickle.dumps(self._payload))
+        self._prep = self._payload = None
         h.wait()  # committed and durable when finish returns
+        if self.wait_copyout:
+            s.wait_copyout()
 
     def finish(self, metadata, results):
+        """On the coordinator, after every rank's write_data: its own commit, with DCP's
+        Metadata (the one the other ranks store was built from the same plans)."""
         metadata.storage_data = {wr.index: wr.storage_data for rl in results for wr in rl}
         metadata.storage_meta = self.storage_meta()
-        self._commit(metadata)
+        self._payload["metadata"] = metadata
+        self._commit()
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         return False  # never chosen by DCP on its own: pass storage_writer=
 
 
-class StorageReader(_storage.StorageReader):
-    """Reads the newest verified DCP checkpoint of a pmckpt.Store."""
+# ------------------------------------------------------------ reading
 
-    def __init__(self, store):
+class StorageReader(_storage.StorageReader):
+    """Reads a DCP checkpoint saved through StorageWriter, on any number of ranks.
+
+    step: the step to load (or checkpoint_id=); default: see the module's doc.
+    verify_files: check a copy-out file's checksums before reading from it."""
+
+    def __init__(self, store, step=None, verify_files=True):
         super().__init__()
         self.store = store
+        self.verify_files = verify_files
+        self.step = None  # the step read_metadata chose
         self.storage_data = {}
-        self._names = {}
-        self._bytes = {}
-        self._infos = {}
+        self._want = step
+        self._local = None
+        self._files = {}
+        self._chunks = {}
 
     def reset(self, checkpoint_id=None):
+        step = _step_of(checkpoint_id)
+        if step is not None:
+            self._want = step
         self.storage_data = {}
+        self._close()
+
+    def _close(self):
+        for f in self._files.values():
+            if f is not None:
+                f.close()
+        self._files = {}
+        self._local = None
+
+    # -------------------------------------------------- choosing the step
+
+    def _open_local(self):
+        """This rank's store, recovered (without a group: locally, else from its shared file),
+        as a LocalSource; None when there is no store here."""
+        s = self.store
+        with s._lock:
+            if s._h is None:
+                s._h = s._open_existing()
+            if s._h is None:
+                return None
+            s._recover()
+            doc, binary = s._read_blob()
+        return LocalSource(s, doc, payload_of(doc, binary, f"store '{s.name}'"))
+
+    def _choose_alone(self):
+        try:
+            local = self._open_local()
+        except NoCheckpointError:
+            local = None
+        if self._want is not None:
+            return self._want, local if local and local.step == self._want else None
+        if local is not None:
+            return local.step, local
+        steps = complete_steps(self.store.shared_dir)
+        if not steps:
+            raise NoCheckpointError(
+                f"no DCP checkpoint: store '{self.store.name}' in {self.store.region_path} holds "
+                f"none, and {self.store.shared_dir or 'no shared_dir'} has no complete step")
+        return steps[0], None
+
+    def _choose_group(self):
+        from .safetensors import newest_shared_file
+        s = self.store
+        with s._lock:
+            if s._h is None:
+                s._h = s._open_existing()
+            mine = s._h is not None or (s.shared_dir is not None and
+                                        newest_shared_file(s.shared_dir, s.rank) is not None)
+        if s._coll.allreduce(1 if mine else 0):
+            local = self._open_local()  # collective: the group's recovery, one step everywhere
+            if self._want is not None and self._want != local.step:
+                return self._want, None
+            return local.step, local
+        # another number of ranks than saved: the newest step complete in shared_dir for all
+        cand = self._want if self._want is not None else \
+            next(iter(complete_steps(s.shared_dir)), 0)
+        step = s._coll.allreduce(cand)
+        if not step:
+            raise NoCheckpointError(
+                f"no DCP checkpoint every rank of {s.world_size} can read: some rank lacks its "
+                f"store, and some rank finds no complete step in {s.shared_dir or 'no shared_dir'}"
+                f" (this rank, {s.rank}: {cand or 'none'})")
+        return step, None
+
+    def _file(self, step, rank):
+        """The copy-out file of `rank` at `step` (verified once), or None if it does not exist."""
+        k = (step, rank)
+        if k not in self._files:
+            sd = self.store.shared_dir
+            path = shared_file(sd, step, rank) if sd else None
+            self._files[k] = FileSource(path, self.verify_files) if path and \
+                _exists(path) else None
+        return self._files[k]
 
     def read_metadata(self, *args, **kwargs):
-        with self.store._lock:
-            self.store._recover()
-            doc, binary = self.store._read_blob()
-        if doc.get("kind") != "dcp":
-            raise Error(f"store '{self.store.name}' holds a state_dict saved with Store.save, "
-                        "not a DCP checkpoint: load it with Store.load")
-        payload = pickle.loads(binary)
+        self._close()
+        if self.store._coll is not None:
+            step, local = self._choose_group()
+        else:
+            step, local = self._choose_alone()
+        self.step, self._local = step, local
+        if local is not None:
+            payload = local.payload
+        else:
+            src = self._file(step, 0) or self._any_file(step)
+            if src is None:
+                raise NoCheckpointError(
+                    f"DCP checkpoint of step {step}: not in store '{self.store.name}' (holds "
+                    f"{self._local_step()}), and no file of it in "
+                    f"{self.store.shared_dir or 'no shared_dir'}")
+            payload = src.payload
         md = payload["metadata"]
-        if md is None:
-            raise Error(f"store '{self.store.name}' holds this rank's items but not the global "
-                        "DCP metadata (it is in the coordinator's store)")
-        self._names = Decoder(lambda n: n).decode(doc["tree"])
-        self._bytes = payload["bytes"]
-        self._infos = doc.get("tensors", {})
         if getattr(md, "storage_meta", None) is None:
             md.storage_meta = StorageMeta()
         md.storage_meta.load_id = uuid.uuid4().hex
         return md
 
+    def _local_step(self):
+        try:
+            return f"step {self.store.newest_step()}"
+        except Error:
+            return "nothing readable"
+
+    def _any_file(self, step):
+        import os
+        d = os.path.join(self.store.shared_dir or "", f"step-{step:012d}")
+        try:
+            names = sorted(n for n in os.listdir(d) if n.startswith("rank-") and
+                           n.endswith(".safetensors"))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        for n in names:
+            src = self._file(step, int(n[5:-12]))
+            if src is not None:
+                return src
+        return None
+
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
         if metadata.storage_data is None:
             raise Error("DCP metadata without storage_data")
         self.storage_data = metadata.storage_data
-        if not self._names:  # metadata came from another rank (broadcast): read ours
-            with self.store._lock:
-                self.store._recover()
-                doc, binary = self.store._read_blob()
-            self._names = Decoder(lambda n: n).decode(doc["tree"])
-            self._bytes = pickle.loads(binary)["bytes"]
-            self._infos = doc.get("tensors", {})
+        self._chunks = {}
+        for fqn, tmd in metadata.state_dict_metadata.items():
+            if isinstance(tmd, TensorStorageMetadata):
+                for c in tmd.chunks:
+                    self._chunks[(fqn, tuple(c.offsets))] = tuple(c.sizes)
+        if self.step is None:  # metadata handed over without read_metadata here
+            self.read_metadata()
 
     def prepare_local_plan(self, plan):
         return plan
@@ -196,22 +422,53 @@ class StorageReader(_storage.StorageReader):
     def prepare_global_plan(self, plans):
         return plans
 
+    # -------------------------------------------------- reading
+
+    def _where(self, index):
+        loc = self.storage_data[index]
+        if isinstance(loc, str):  # saved by a single-process pmckpt.dcp of before
+            return (self._local.rank if self._local else 0), loc
+        return loc
+
+    def _source(self, index, rank, key, tensor):
+        """The source of item (rank, key) for this load's step; raises naming what is missing."""
+        local, step = self._local, self.step
+        if local is not None and local.rank == rank and local.has(key):
+            return local
+        tried = [f"store '{self.store.name}' holds "
+                 f"{f'step {local.step} of rank {local.rank}' if local else 'no such step'}"]
+        f = self._file(step, rank)
+        if f is not None and f.has(key):
+            return f
+        path = shared_file(self.store.shared_dir, step, rank) if self.store.shared_dir else None
+        tried.append(f"{path} {'lacks it' if f else 'does not exist'}" if path else
+                     "the Store has no shared_dir")
+        if tensor and local is not None and local.has(key):
+            # a replica this rank wrote too (DCP kept another rank's): same chunk, same bytes
+            want = self._chunks.get((index.fqn, tuple(index.offset or ())))
+            if want is not None and tuple(local.view(key).shape) == want:
+                return local
+        raise missing(rank, step, key, tried)
+
     def read_data(self, plan, planner):
         copier = Copier()
         done = []
         with self.store._lock:
             for req in plan.items:
-                key = self.storage_data[req.storage_index]
-                if req.type == LoadItemType.BYTE_IO:
-                    planner.load_bytes(req, io.BytesIO(self._bytes[key]))
+                rank, key = self._where(req.storage_index)
+                is_bytes = req.type == LoadItemType.BYTE_IO
+                src_obj = self._source(req.storage_index, rank, key, not is_bytes)
+                if is_bytes:
+                    planner.load_bytes(req, io.BytesIO(src_obj.bytes_of(key)))
                     continue
-                name = self._names[key]
-                _, _, src = self.store._tensor_view(name, self._infos.get(name, {}))
-                src = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
+                src = narrow_tensor_by_index(src_obj.view(key), req.storage_offsets, req.lengths)
                 target = planner.resolve_tensor(req).detach()
                 if target.size() != src.size():
-                    raise Error(f"DCP item {req.storage_index}: size {list(src.size())} in the "
-                                f"store, {list(target.size())} requested")
+                    raise Error(f"DCP item '{key}' of rank {rank}, step {self.step}: size "
+                                f"{list(src.size())} saved, {list(target.size())} requested")
+                if target.dtype != src.dtype:
+                    raise Error(f"DCP item '{key}' of rank {rank}, step {self.step}: "
+                                f"{src.dtype} saved, {target.dtype} requested")
                 copy_into(target, src, copier)
                 done.append((req, target))
             copier.run()
@@ -224,6 +481,11 @@ class StorageReader(_storage.StorageReader):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         return False
+
+
+def _exists(path):
+    import os
+    return os.path.exists(path)
 
 
 # the names DCP users look for

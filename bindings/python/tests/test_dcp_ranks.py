@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""torch.distributed.checkpoint on several ranks (gloo on CPU, separate
+processes, init_method file://) through pmckpt.dcp: a weight sharded by rows
+as a DTensor on a CPU DeviceMesh, a replicated bias and an int.  Each rank
+has Store(name=f"job-r{rank}", ramdisk=..., shared_dir=...).
+
+  - dcp.save on 2 ranks, dcp.load on the same 2: bit-exact on every rank;
+  - dcp.async_save with AsyncCheckpointerType.PROCESS (the writer pickled
+    into DCP's checkpoint process, which reopens the store), then load;
+  - resharding: 2 -> 1 (one process, no process group, plain tensors; from
+    rank 0's store plus rank 1's copy-out file, and from the files alone),
+    2 -> 4 (ranks 2 and 3 have no store);
+  - data that is nowhere: a clear error naming rank, step and item;
+  - kill: 2 ranks with Store(group=True) async_save in a loop, one is
+    killed with SIGKILL; after the restart dcp.load brings both to the same
+    step, bit-exact, never older than the last global step.
+
+Internally: test_dcp_ranks.py --worker MODE DIR RANK WORLD RDZV [ARGS]."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+ROWS, COLS = 8, 6
+
+
+def full(step):
+    """The unsharded state of `step`: weight, bias, int."""
+    import torch
+    g = torch.Generator().manual_seed(step)
+    return (torch.randn(ROWS, COLS, generator=g), torch.randn(COLS, generator=g)
+            .to(torch.bfloat16), step * 10 + 1)
+
+
+def sharded(mesh, step):
+    """This rank's view of `step` as DTensors, made without a collective (async_save may
+    be running DCP's own collectives in its thread meanwhile)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    w, b, n = full(step)
+    rank, world = mesh.get_local_rank(), mesh.size()
+    rows = ROWS // world
+    return {"model": {"w": DTensor.from_local(w[rank * rows:(rank + 1) * rows].clone(), mesh,
+                                              [Shard(0)], run_check=False),
+                      "b": DTensor.from_local(b, mesh, [Replicate()], run_check=False)},
+            "n": n}
+
+
+def check(state, step):
+    """None if the state (DTensors or plain tensors) holds `step` bit-exactly."""
+    import torch
+    w, b, n = full(step)
+    got_w, got_b = state["model"]["w"], state["model"]["b"]
+    if hasattr(got_w, "full_tensor"):
+        got_w, got_b = got_w.full_tensor(), got_b.full_tensor()
+    for name, x, y in (("w", got_w, w), ("b", got_b, b)):
+        if x.dtype != y.dtype or x.shape != y.shape or \
+                not torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
+            return f"{name} differs from step {step}"
+    if state["n"] != n:
+        return f"n = {state['n']}, step {step} saved {n}"
+    return None
+
+
+# ------------------------------------------------------------------ ranks
+
+def worker(mode, d, rank, world, rdzv, args):
+    import datetime
+    import logging
+    import warnings
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import pmckpt
+    import pmckpt.dcp
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
+    torch.set_num_threads(1)
+    ram, shared = os.path.join(d, "ram"), os.path.join(d, "shared")
+    out = lambda text: print(f"rank {rank} {text}", flush=True)  # noqa: E731
+
+    if mode == "alone":  # 2 -> 1: one process, no process group, plain tensors
+        step, name = int(args[0]), args[1]
+        state = {"model": {"w": torch.zeros(ROWS, COLS), "b": torch.zeros(COLS, dtype=torch.bfloat16)},
+                 "n": 0}
+        with pmckpt.Store(name=name, ramdisk=ram, shared_dir=shared) as s:
+            try:
+                dcp.load(state, storage_reader=pmckpt.dcp.StorageReader(s), checkpoint_id=step)
+            except BaseException as e:  # DCP wraps failures in CheckpointException
+                out(f"error {str(e)!r}")
+                return
+        why = check(state, step)
+        out("ok" if why is None else f"BAD {why}")
+        return
+
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+    from torch.distributed.device_mesh import init_device_mesh
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    mesh = init_device_mesh("cpu", (world,))
+
+    def load_check(store, want, **kw):
+        state = sharded(mesh, 0)
+        dcp.load(state, storage_reader=pmckpt.dcp.StorageReader(store, **kw))
+        return check(state, want)
+
+    if mode == "save":
+        s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared, keep=4)
+        dcp.save(sharded(mesh, 7), storage_writer=pmckpt.dcp.StorageWriter(s), checkpoint_id=7)
+        s.wait_copyout()
+        why = load_check(pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared), 7)
+        out(f"same {'ok' if why is None else 'BAD ' + why}")
+        s.close()  # the checkpoint process opens the same store: this one is done writing
+        fut = dcp.async_save(sharded(mesh, 8), storage_writer=pmckpt.dcp.StorageWriter(s),
+                             checkpoint_id=8, async_checkpointer_type=AsyncCheckpointerType.PROCESS)
+        fut.result()
+        r = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared)
+        why = load_check(r, 8)
+        out(f"process {'ok' if why is None else 'BAD ' + why} step {r.last_recovery['step']} "
+            f"pid {os.getpid()}")
+    elif mode == "load":  # another number of ranks: stores job-rR where they exist
+        step = int(args[0])
+        s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared)
+        why = load_check(s, step, step=step)
+        out("ok" if why is None else f"BAD {why}")
+    elif mode in ("run", "recover"):  # Store(group=True): global steps
+        s = pmckpt.Store(name="kill", ramdisk=ram, shared_dir=shared, group=True, threads=1)
+        if mode == "recover":
+            reader = pmckpt.dcp.StorageReader(s)
+            state = sharded(mesh, 0)
+            dcp.load(state, storage_reader=reader)
+            why = check(state, reader.step)
+            out(f"step {reader.step} {'ok' if why is None else 'BAD ' + why}")
+            s.close()
+        else:
+            logfd = os.open(os.path.join(d, f"global.{rank}"),
+                            os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            reader, first = pmckpt.dcp.StorageReader(s), 1
+            try:  # a restarted job: resume after the step every rank loads
+                dcp.load(sharded(mesh, 0), storage_reader=reader)
+                first = reader.step + 1
+            except BaseException:  # DCP wraps NoCheckpointError; the first run has nothing
+                pass
+            fut = None
+            for step in range(first, 1 << 30):
+                state = sharded(mesh, step)
+                if fut is not None:
+                    fut.result()
+                    g = s.global_step
+                    if g is not None:
+                        os.write(logfd, f"{g}\n".encode())
+                fut = dcp.async_save(state, storage_writer=pmckpt.dcp.StorageWriter(s),
+                                     checkpoint_id=step)
+                time.sleep(0.01)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ parent
+
+def main():
+    from tap import Tap
+    T = Tap()
+    seed = int(os.environ.get("PMCK_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    T.diag(f"seed {seed} (PMCK_TEST_SEED to repeat); gloo on CPU")
+    d = T.tmpdir("pmck-py-dcp-ranks-")
+    launches = [0]
+
+    def launch(mode, world, *args, ranks=None):
+        launches[0] += 1
+        rdzv = os.path.join(d, f"rdzv.{launches[0]}")
+        return [subprocess.Popen([sys.executable, HERE, "--worker", mode, d, str(r), str(world),
+                                  rdzv, *map(str, args)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                for r in (ranks if ranks is not None else range(world))]
+
+    def output(procs, timeout=150):
+        text = ""
+        for p in procs:
+            try:
+                o, _ = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                o, _ = p.communicate()
+            text += o.decode(errors="replace")
+        return text
+
+    def oks(text, word, n):
+        return sum(1 for l in text.splitlines() if l.startswith("rank ") and f" {word}" in l
+                   and l.split(f" {word}", 1)[1].split()[0:1] == ["ok"]) == n
+
+    text = output(launch("save", 2))
+    T.ok(oks(text, "same", 2), "2 ranks: dcp.save then dcp.load on the same ranks, bit-exact "
+         "(the bias DCP kept on one rank, the int, the shards)", text)
+    procs = [l for l in text.splitlines() if " process ok step 8" in l]
+    T.ok(len(procs) == 2, "2 ranks: dcp.async_save(PROCESS) reopens each store in DCP's "
+         "checkpoint process; dcp.load gets step 8 bit-exact", text)
+
+    text = output(launch("alone", 1, 7, "job-r0"))
+    T.ok(oks(text, "ok", 1) or "rank 0 ok" in text, "2 -> 1 (no process group, plain tensors): "
+         "rank 0's store plus rank 1's copy-out file", text)
+    text = output(launch("alone", 1, 8, "nobody"))
+    T.ok("rank 0 ok" in text, "2 -> 1 from the copy-out files alone (no local store)", text)
+
+    text = output(launch("load", 4, 8))
+    T.ok(text.count(" ok") == 4 and "BAD" not in text, "2 -> 4: every rank bit-exact (ranks 2 "
+         "and 3 without a store read the copy-out files)", text)
+
+    # data that is nowhere: rank 1's file of step 7 removed, no local store
+    os.unlink(os.path.join(d, "shared", "step-000000000007", "rank-00001.safetensors"))
+    text = output(launch("alone", 1, 7, "nobody"))
+    T.ok("error" in text and "rank 1" in text and "step 7" in text and "w@4" in text,
+         "rank 1's data of step 7 nowhere: the error names rank, step and item", text)
+    T.diag(text.strip()[:300])
+
+    # kill one rank during dcp.async_save (Store(group=True)); restart: one step, bit-exact
+    def last_global():
+        best = None
+        for r in range(2):
+            try:
+                with open(os.path.join(d, f"global.{r}")) as f:
+                    lines = f.read().split()
+            except FileNotFoundError:
+                continue
+            if lines:
+                best = max(best or 0, int(lines[-1]))
+        return best
+
+    bad = 0
+    trials = int(os.environ.get("PMCK_DCP_KILL_TRIALS", 2))
+    for t in range(1, trials + 1):
+        before = last_global()
+        procs = launch("run", 2)
+        deadline = time.time() + 90
+        while time.time() < deadline and last_global() == before and \
+                all(p.poll() is None for p in procs):
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 0.5))
+        victim = rng.randrange(2)
+        procs[victim].send_signal(signal.SIGKILL)
+        time.sleep(rng.uniform(0, 0.2))
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        last = last_global() or 0
+        text = output(launch("recover", 2))
+        lines = [l.split() for l in text.splitlines() if l.startswith("rank ")]
+        steps = {int(l[3]) for l in lines if len(l) == 5 and l[2] == "step" and l[4] == "ok"}
+        good = sum(1 for l in lines if len(l) == 5 and l[4] == "ok")
+        if good == 2 and len(steps) == 1 and min(steps) >= last:
+            T.diag(f"kill {t}: rank {victim} killed; last global step {last}, "
+                   f"both ranks loaded step {min(steps)}")
+        else:
+            bad += 1
+            T.diag(f"kill {t}: rank {victim} killed; last global step {last}: FAILED\n{text}")
+    T.ok(bad == 0, f"{trials} kills during dcp.async_save: both ranks load the same step, "
+         "bit-exact, never older than the last global step")
+    return T.done()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        sys.path.insert(0, os.path.dirname(HERE))
+        a = sys.argv
+        worker(a[2], a[3], int(a[4]), int(a[5]), a[6], a[7:])
+    else:
+        sys.exit(main())
