@@ -34,7 +34,9 @@ Where things are (docs/python.md, "DCP on several ranks"):
     in shared_dir.
   - AsyncCheckpointerType.PROCESS pickles the writer as a recipe to reopen
     the same store (path or ramdisk, name, shared_dir, keep, rank,
-    world_size, group); the checkpoint process opens it once and keeps it.
+    world_size, group); the checkpoint process reopens it for each save and
+    closes it after (its lock: one writer at a time), except a group store,
+    which it keeps open (then only that process may write or load it).
 """
 import dataclasses
 import io
@@ -249,6 +251,11 @@ class StorageWriter(_storage.StorageWriter):
         h.wait()  # committed and durable when finish returns
         if self.wait_copyout:
             s.wait_copyout()
+            # DCP's checkpoint process: the store is locked (one writer) only while a save is
+            # written, so the training process may load between saves.  A group store stays
+            # open: reopening its collectives would need every rank at once.
+            if s._coll is None:
+                s.close()
 
     def finish(self, metadata, results):
         """On the coordinator, after every rank's write_data: its own commit, with DCP's

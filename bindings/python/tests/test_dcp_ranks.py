@@ -110,10 +110,10 @@ def worker(mode, d, rank, world, rdzv, args):
     if mode == "save":
         s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared, keep=4)
         dcp.save(sharded(mesh, 7), storage_writer=pmckpt.dcp.StorageWriter(s), checkpoint_id=7)
-        s.wait_copyout()
-        why = load_check(pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared), 7)
+        s.close()  # one writer per store: the loader below, then DCP's checkpoint process
+        with pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared) as r:
+            why = load_check(r, 7)
         out(f"same {'ok' if why is None else 'BAD ' + why}")
-        s.close()  # the checkpoint process opens the same store: this one is done writing
         fut = dcp.async_save(sharded(mesh, 8), storage_writer=pmckpt.dcp.StorageWriter(s),
                              checkpoint_id=8, async_checkpointer_type=AsyncCheckpointerType.PROCESS)
         fut.result()
