@@ -152,6 +152,7 @@ _PROTOS = {
     "pma_pool_open": (c_int, [c_void_p, vpp]),
     "pma_pool_close": (None, [vpp]),
     "pma_lookup": (c_int, [c_void_p, c_char_p, vpp, POINTER(c_size_t)]),
+    "pma_pool_foreach": (c_int, [c_void_p, c_void_p, c_void_p]),
     # stores
     "pmck_store_open": (c_int, [c_void_p, c_char_p, vpp]),
     "pmck_store_open_or_create": (c_int, [c_void_p, c_char_p, POINTER(TensorDesc), c_size_t, vpp]),

@@ -4,7 +4,7 @@ import ctypes
 import os
 import threading
 import warnings
-from ctypes import byref, c_void_p
+from ctypes import byref, c_int, c_void_p
 
 import torch
 
@@ -869,7 +869,8 @@ class Store:
                 raise err
 
     def destroy(self):
-        """Closes and deletes the store (both slots); the pool stays."""
+        """Closes and deletes the store (both slots).  A ramdisk file left holding no
+        store is removed too; a PM device or file (Store(path)) keeps its pool."""
         with self._lock:
             self.close()
             h = self._open_existing()
@@ -879,10 +880,17 @@ class Store:
             lib.pmck_store_close(byref(h.store))
             rc = lib.pmck_store_destroy(pool, self.name.encode())
             msg = _lib.errormsg()
+            left = [0]
+            count = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p)(
+                lambda info, arg: left.__setitem__(0, left[0] + 1) or 0)
+            if rc == 0:
+                lib.pma_pool_foreach(pool, count, None)
             lib.pma_pool_close(byref(h.pool))
             lib.pma_region_close(byref(h.region))
             if rc < 0:
                 raise error_for(rc, msg)
+            if self.path is None and left[0] == 0:
+                os.unlink(self.region_path)  # ours by name, and empty now
 
     def __enter__(self):
         return self
