@@ -321,6 +321,15 @@ test_torn_sources(const char *path)
 	pmck_pipeline_put_layer(p, 1, srcs);
 	is_int(pmck_pipeline_wait(p), 0, "unchanged sources: step 1 commits (no false alarm)");
 
+#if defined(__SANITIZE_THREAD__)
+	/* The mutation races with the copy on purpose: what this test is about, not a bug. */
+	ok(1, "# SKIP a tensor changed during its copy is a deliberate race: not under TSan");
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	free(big);
+	free(small);
+	return;
+#endif
 	/* Up to 5 tries: the mutator must run while the writer copies (2 cores, maybe busy). */
 	int ret = 0, tries = 0;
 	unsigned long rounds = 0;
