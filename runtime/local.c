@@ -103,7 +103,7 @@ open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
 		return pma__err(-ENAMETOOLONG, "ramdisk path too long");
 	if ((ret = pmck__mkdir_p(dir, 0700, dir_made, dir_made_size)))
 		return ret;
-	*made = access(l->path, F_OK) != 0;
+	int existed = access(l->path, F_OK) == 0;
 	/*
 	 * A file holding a pool is opened as it is: a truncated pool is then
 	 * reported as such (PMA_E_TRUNCATED), and a store of another, larger
@@ -118,9 +118,11 @@ open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
 	 */
 	if ((ret == -ENOSPC || ret == -EINVAL) && !holds_pool_magic(l->path)) {
 		unlink(l->path);
-		*made = 1;
+		existed = 0;
 		ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
 	}
+	/* Ours to remove on failure only if this open made it (another opener's file never is). */
+	*made = !existed && ret == 0;
 	return ret;
 }
 
