@@ -580,6 +580,16 @@ struct pmck_copyout_opts {
 	/* Called on the copier thread every ~64 MiB and at the end (may be NULL). */
 	void (*progress)(void *arg, uint64_t step, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * If set, called on the copier thread once each copy has ended (with
+	 * its retention), with the step and 0 or the negative code of its
+	 * failure; on failure pmck_errormsg() on that thread describes it (see
+	 * pmck_copyout_check), and the failure is also kept for check and
+	 * wait.  It must return quickly and must not call pmck_copyout_* on
+	 * this copier (it may log, set a flag, write to an eventfd).
+	 */
+	void (*on_done)(void *arg, uint64_t step, int result);
+	void *on_done_arg;
 };
 
 /*
@@ -597,15 +607,59 @@ int pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 /*
  * pmck_copyout_submit -- queues the store's newest committed checkpoint
  * for copy-out and returns at once.  Its slot is protected from being
- * overwritten until the copy ends.  Errors: PMCK_E_NO_CHECKPOINT.
+ * overwritten until the copy ends.  Errors: PMCK_E_NO_CHECKPOINT.  An
+ * earlier copy's failure is not returned here (a pipeline submits from
+ * its writers, and its checkpoint did commit): see pmck_copyout_check.
  */
 int pmck_copyout_submit(struct pmck_copyout *c);
 
 /*
+ * Failures.  A copy that fails (a full file system, say) leaves the local
+ * checkpoint as it is: training goes on and the copier goes on with the
+ * next submitted steps, each tried afresh (space may have been freed).
+ * The failed step's files, temporary ones included, are removed, and its
+ * directory too unless it holds COMPLETE (an earlier copy of the same
+ * step, which stays whole) or, with several ranks, other ranks' files;
+ * the newest complete steps are kept as they were (retention runs only
+ * after a copy succeeded).
+ *
+ * The first failure not yet reported is kept with its message (later ones
+ * only count, in pmck_copyout_stats.failed) until pmck_copyout_check or
+ * pmck_copyout_wait reports it, once; on_done learns of every one as it
+ * happens.  The message names the operation, the path and the errno text;
+ * where space ran out (ENOSPC, EDQUOT) also the bytes the file needed and
+ * those available to it (statvfs, with the partial file removed).
+ */
+struct pmck_copyout_failure {
+	int error;            /* negative code; 0: no failure */
+	uint64_t step;        /* the step whose copy failed */
+	uint64_t needed;      /* space failures: bytes the file needed; else 0 */
+	uint64_t available;   /* space failures: bytes available to it (statvfs f_bavail); else 0 */
+	char path[4096];      /* the file or directory of the failing operation */
+	char message[1024];   /* what pmck_errormsg() said on the copier thread */
+};
+
+#define PMCK_COPYOUT_WAIT 1u /* pmck_copyout_check: wait for every submitted copy first */
+
+/*
+ * pmck_copyout_check -- reports the first copy-out failure not reported
+ * yet and takes it (neither a later check nor wait reports it again);
+ * with PMCK_COPYOUT_WAIT it first waits as pmck_copyout_wait does, else it
+ * returns at once (a training loop calls it before each submit).  Returns
+ * the failure's code, 0 if none.  out (may be NULL) is filled, out->error
+ * 0 if none.  On failure the calling thread's pmck_errormsg() is the
+ * failure's message.  Errors: those of pmck_copyout_wait; -EINVAL (flags).
+ */
+int pmck_copyout_check(struct pmck_copyout *c, unsigned flags, struct pmck_copyout_failure *out);
+
+/*
  * pmck_copyout_wait -- waits until every submitted copy has ended; returns
- * the first error since the last wait (0 if all succeeded): -EEXIST for a
- * step number held by another job's complete step, -ETIMEDOUT (rank 0: a
- * rank's file did not appear), -errno of the file operations.
+ * the first failure not yet reported (0 if none; see pmck_copyout_check,
+ * which this is with PMCK_COPYOUT_WAIT and no out), and sets the calling
+ * thread's pmck_errormsg() to its message: -EEXIST for a step number held
+ * by another job's complete step, -ETIMEDOUT (rank 0: a rank's file did
+ * not appear), -ENOSPC / -EDQUOT (no space: see above), -errno of the
+ * other file operations.
  */
 int pmck_copyout_wait(struct pmck_copyout *c);
 
@@ -619,6 +673,7 @@ struct pmck_copyout_stats {
 	uint64_t deleted;     /* old steps removed by retention */
 	uint64_t last_step;   /* newest step copied (valid if copied) */
 	uint64_t busy_ns;     /* time spent writing, syncing and publishing files (not deleting) */
+	uint64_t failed;      /* copies that failed (each step once) */
 };
 void pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st);
 

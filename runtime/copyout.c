@@ -41,7 +41,7 @@ struct pmck_copyout {
 	struct job queue[QUEUE];
 	unsigned head, len;
 	int busy, stop;
-	int error;             /* first failure since the last wait */
+	struct pmck_copyout_failure fail; /* first failure not yet reported (fail.error 0: none) */
 	uint64_t generation;   /* this run's, written into each COMPLETE (see clean) */
 	struct pmck_copyout_stats stats;
 };
@@ -171,8 +171,35 @@ await_ranks(struct pmck_copyout *c, uint64_t step)
 	return 0;
 }
 
+/*
+ * After a failed copy of a step that passed the ownership check: its
+ * partial files go, so that a full file system does not also fill up with
+ * empty or half-written steps.  A step with COMPLETE was copied whole
+ * before (a re-copy of the same step failed, the earlier file stands) and
+ * stays.  With one rank the step is this copier's alone and goes
+ * entirely; with several, other ranks may be writing into it, so only an
+ * empty directory goes (the running clean takes the rest later).  The
+ * failure's message is kept over those of the removal.
+ */
 static int
-copy_one(struct pmck_copyout *c, const struct job *j)
+drop_failed(struct pmck_copyout *c, uint64_t step, const char *stepdir, int ret)
+{
+	struct pmck__marker m;
+	char msg[1024], name[64];
+
+	snprintf(msg, sizeof(msg), "%s", pma_errormsg());
+	if (pmck__step_marker(c->dir, step, &m))
+		;
+	else if (c->o.world_size == 1) {
+		snprintf(name, sizeof(name), "step-%012" PRIu64, step);
+		pmck__remove_step(c->dir, name);
+	} else if (rmdir(stepdir) == 0)
+		pmck__fsync_dir(c->dir);
+	return pma__err(ret, "%s", msg);
+}
+
+static int
+copy_one(struct pmck_copyout *c, const struct job *j, struct pmck_copyout_failure *why)
 {
 	char stepdir[PATH_MAX], file[PATH_MAX], leaf[64];
 	uint64_t bytes = 0;
@@ -190,25 +217,34 @@ copy_one(struct pmck_copyout *c, const struct job *j)
 	struct pmck__marker old;
 	uint64_t hash = pmck_store_layout_hash(c->store);
 	if (pmck__step_marker(c->dir, j->step, &old) &&
-	    !(old.has_layout && old.layout_hash == hash && old.world_size == c->o.world_size))
+	    !(old.has_layout && old.layout_hash == hash && old.world_size == c->o.world_size)) {
+		snprintf(why->path, sizeof(why->path), "%s", stepdir);
 		return pma__err(-EEXIST, "step %" PRIu64 " in %s is another job's (layout %016" PRIx64
 				"%s, world size %u; this store %016" PRIx64 ", %u): not overwritten; "
 				"copy out to another directory or remove it with `pmckpt clean`",
 				j->step, c->dir, old.layout_hash, old.has_layout ? "" : " unknown",
 				old.world_size, hash, c->o.world_size);
+	}
+	snprintf(why->path, sizeof(why->path), "%s", stepdir);
 	if (mkdir(stepdir, 0755) && errno != EEXIST)
 		return pma__err(-errno, "mkdir %s: %s", stepdir, strerror(errno));
 	if ((ret = pmck__fsync_dir(c->dir)))
-		return ret;
-	ret = pmck__safetensors_write_slot(c->store, j->slot, j->step, file, c->o.rank,
-			c->o.world_size, c->o.progress, c->o.progress_arg, &bytes);
-	if (!ret && c->o.rank == 0)
-		ret = await_ranks(c, j->step);
+		snprintf(why->path, sizeof(why->path), "%s", c->dir);
+	if (!ret)
+		ret = pmck__safetensors_write_slot(c->store, j->slot, j->step, file, c->o.rank,
+				c->o.world_size, c->o.progress, c->o.progress_arg, &bytes, why);
+	if (!ret && c->o.rank == 0 && (ret = await_ranks(c, j->step)))
+		snprintf(why->path, sizeof(why->path), "%s", stepdir);
 	if (!ret && c->o.rank == 0) {
 		struct pmck__marker m = {.layout_hash = pmck_store_layout_hash(c->store),
 				.generation = c->generation, .world_size = c->o.world_size};
-		ret = pmck__write_marker(stepdir, j->step, &m);
+		/* (a path too long for why->path is cut: it only names the file) */
+		if ((ret = pmck__write_marker(stepdir, j->step, &m)) &&
+		    snprintf(why->path, sizeof(why->path), "%s/" PMCK_MARKER, stepdir) < 0)
+			why->path[0] = 0;
 	}
+	if (ret)
+		ret = drop_failed(c, j->step, stepdir, ret);
 	pthread_mutex_lock(&c->lock);
 	c->stats.bytes += bytes;
 	if (!ret) {
@@ -246,17 +282,27 @@ copier(void *arg)
 		c->busy = 1;
 		pthread_mutex_unlock(&c->lock);
 
+		struct pmck_copyout_failure why = {.step = j.step};
 		uint64_t t0 = now_ns();
-		int ret = copy_one(c, &j);
+		int ret = copy_one(c, &j, &why);
 		uint64_t copy_ns = now_ns() - t0;
 		pmck__slot_unpin(c->store, j.slot);
-		if (!ret)
-			ret = clean(c, 0);
+		if (!ret && (ret = clean(c, 0)))
+			snprintf(why.path, sizeof(why.path), "%s", c->dir);
+		/* Before the job leaves the queue: a wait returns after the callback. */
+		if (c->o.on_done)
+			c->o.on_done(c->o.on_done_arg, j.step, ret);
 
 		pthread_mutex_lock(&c->lock);
 		c->stats.busy_ns += copy_ns;
-		if (ret && !c->error)
-			c->error = ret;
+		if (ret)
+			c->stats.failed++;
+		/* The first failure is kept whole: later ones (often its consequences) only count. */
+		if (ret && !c->fail.error) {
+			why.error = ret;
+			snprintf(why.message, sizeof(why.message), "%s", pma_errormsg());
+			c->fail = why;
+		}
 		c->head = (c->head + 1) % QUEUE;
 		c->len--;
 		c->busy = 0;
@@ -337,15 +383,30 @@ pmck_copyout_submit(struct pmck_copyout *c)
 }
 
 int
+pmck_copyout_check(struct pmck_copyout *c, unsigned flags, struct pmck_copyout_failure *out)
+{
+	struct pmck_copyout_failure f;
+
+	if (flags & ~PMCK_COPYOUT_WAIT)
+		return pma__err(-EINVAL, "pmck_copyout_check: unknown flags %#x", flags);
+	pthread_mutex_lock(&c->lock);
+	while ((flags & PMCK_COPYOUT_WAIT) && c->len)
+		pthread_cond_wait(&c->cond, &c->lock);
+	f = c->fail;
+	c->fail.error = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (!f.error)
+		memset(&f, 0, sizeof(f));
+	if (out)
+		*out = f;
+	/* The message was the copier thread's: the caller's thread gets it here. */
+	return f.error ? pma__err(f.error, "%s", f.message) : 0;
+}
+
+int
 pmck_copyout_wait(struct pmck_copyout *c)
 {
-	pthread_mutex_lock(&c->lock);
-	while (c->len)
-		pthread_cond_wait(&c->cond, &c->lock);
-	int ret = c->error;
-	c->error = 0;
-	pthread_mutex_unlock(&c->lock);
-	return ret;
+	return pmck_copyout_check(c, PMCK_COPYOUT_WAIT, NULL);
 }
 
 void

@@ -126,10 +126,16 @@ void pmck__slot_pin(struct pmck_store *s, unsigned k);
 void pmck__slot_unpin(struct pmck_store *s, unsigned k);
 int pmck__slot_pinned(struct pmck_store *s, unsigned k);
 
-/* safetensors.c: writes slot k (sealed, step) to path atomically; adds bytes written. */
+/*
+ * safetensors.c: writes slot k (sealed, step) to path atomically; adds bytes
+ * written.  On failure the temporary file is gone, and `why` (may be NULL)
+ * gets the path of the failing operation and, where space ran out, the
+ * bytes needed and available (its error, step and message are the caller's).
+ */
 int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
 		const char *path, unsigned rank, unsigned world_size,
-		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes);
+		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes,
+		struct pmck_copyout_failure *why);
 /* safetensors.c: pmck_safetensors_import; with exact_step the file's own step must be `step`. */
 int pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, int exact_step);
 /* safetensors.c: the layout hash in the __metadata__ of a pmckpt file; -ENOENT if it has none. */

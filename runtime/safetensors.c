@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -151,10 +152,39 @@ build_header(const struct pmck_store *s, unsigned k, uint64_t step, unsigned ran
 	return h;
 }
 
+/*
+ * A write that ran out of space: the message gets what the file needed and
+ * what the file system has for it, measured after the partial file was
+ * removed, so the difference is what must be freed (or `keep` lowered).
+ * statvfs's f_bavail ignores quotas (EDQUOT): it is said so.
+ */
+static int
+no_space(int ret, const char *dir, uint64_t needed, uint64_t written,
+		struct pmck_copyout_failure *why)
+{
+	char msg[768];
+	struct statvfs sv;
+
+	snprintf(msg, sizeof(msg), "%s", pma_errormsg());
+	if (statvfs(dir, &sv))
+		return pma__err(ret, "%s; the file needs %" PRIu64 " bytes (%" PRIu64 " were written); "
+				"statvfs %s: %s", msg, needed, written, dir, strerror(errno));
+	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (why) {
+		why->needed = needed;
+		why->available = avail;
+	}
+	return pma__err(ret, "%s; the file needs %" PRIu64 " bytes (%.1f MiB), %" PRIu64 " bytes "
+			"(%.1f MiB) are available there%s (the %" PRIu64 " written were removed)", msg,
+			needed, needed / 1048576.0, avail, avail / 1048576.0,
+			ret == -EDQUOT ? " before quotas" : "", written);
+}
+
 int
 pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
 		const char *path, unsigned rank, unsigned world_size,
-		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes)
+		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes,
+		struct pmck_copyout_failure *why)
 {
 	char tmp[PATH_MAX], dir[PATH_MAX];
 	uint32_t *order = slot_order(s);
@@ -176,6 +206,8 @@ pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t st
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		ret = pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+		if (why)
+			snprintf(why->path, sizeof(why->path), "%s", tmp);
 		goto out;
 	}
 	uint64_t le = hlen; /* x86-64: already little-endian */
@@ -228,17 +260,27 @@ pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t st
 		ret = pma__err(-errno, "rename %s: %s", tmp, strerror(errno));
 		goto fail;
 	}
-	if ((ret = pmck__fsync_dir(dir)))
+	if ((ret = pmck__fsync_dir(dir))) {
+		if (why)
+			snprintf(why->path, sizeof(why->path), "%s", dir);
 		goto out;
+	}
 	if (progress)
 		progress(arg, step, total, total);
 	if (bytes)
 		*bytes += sizeof(le) + hlen + total;
 	goto out;
-fail:
+fail:;
+	/* what reached the file (a failing write may have written part of its piece) */
+	off_t written = fd >= 0 ? lseek(fd, 0, SEEK_CUR) : -1;
 	if (fd >= 0)
 		close(fd);
 	unlink(tmp);
+	if (why)
+		snprintf(why->path, sizeof(why->path), "%s", tmp);
+	if (ret == -ENOSPC || ret == -EDQUOT)
+		ret = no_space(ret, dir, sizeof(le) + hlen + total,
+				written >= 0 ? (uint64_t)written : sizeof(le) + hlen + done, why);
 out:
 	free(order);
 	free(header);
@@ -253,7 +295,7 @@ pmck_safetensors_write(const struct pmck_store *s, const char *path, unsigned ra
 		return pma__err(PMCK_E_NO_CHECKPOINT, "nothing recovered to write (call pmck_store_recover)");
 	unsigned k = (unsigned)s->readable_slot;
 	return pmck__safetensors_write_slot(s, k, s->slot[k]->step, path, rank,
-			world_size ? world_size : 1, NULL, NULL, NULL);
+			world_size ? world_size : 1, NULL, NULL, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ reading */

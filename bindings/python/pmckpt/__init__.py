@@ -12,7 +12,7 @@ See docs/python.md.
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
                      UnsupportedObjectError, MetadataTooLargeError, BusyError,
                      NotAPoolError, TruncatedError, SourceChangedError,
-                     CheckpointsUnusableError, WorldSizeError)
+                     CheckpointsUnusableError, WorldSizeError, CopyoutError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -35,6 +35,6 @@ def gpu_unavailable_reason(device=0):
 __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnusableError",
            "WorldSizeError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
-           "NotAPoolError", "TruncatedError", "SourceChangedError",
+           "NotAPoolError", "TruncatedError", "SourceChangedError", "CopyoutError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

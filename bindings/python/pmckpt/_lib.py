@@ -95,12 +95,21 @@ class CopyoutOpts(Structure):
     # marker_timeout_ms sits where older headers had padding: 0 means the default
     # in both, so this layout fits libraries built from either.
     _fields_ = [("dir", c_char_p), ("keep", c_uint), ("rank", c_uint), ("world_size", c_uint),
-                ("marker_timeout_ms", c_uint), ("progress", c_void_p), ("progress_arg", c_void_p)]
+                ("marker_timeout_ms", c_uint), ("progress", c_void_p), ("progress_arg", c_void_p),
+                ("on_done", c_void_p), ("on_done_arg", c_void_p)]
 
 
 class CopyoutStats(Structure):
     _fields_ = [("copied", c_uint64), ("bytes", c_uint64), ("deleted", c_uint64),
-                ("last_step", c_uint64), ("busy_ns", c_uint64)]
+                ("last_step", c_uint64), ("busy_ns", c_uint64), ("failed", c_uint64)]
+
+
+COPYOUT_WAIT = 1
+
+
+class CopyoutFailure(Structure):
+    _fields_ = [("error", c_int), ("step", c_uint64), ("needed", c_uint64),
+                ("available", c_uint64), ("path", c_char * 4096), ("message", c_char * 1024)]
 
 
 class FileInfo(Structure):
@@ -191,6 +200,7 @@ _PROTOS = {
     "pmck_copyout_wait": (c_int, [c_void_p]),
     "pmck_copyout_delete": (None, [vpp]),
     "pmck_copyout_stats": (None, [c_void_p, POINTER(CopyoutStats)]),
+    "pmck_copyout_check": (c_int, [c_void_p, c_uint, POINTER(CopyoutFailure)]),
     "pmck_safetensors_write": (c_int, [c_void_p, c_char_p, c_uint, c_uint]),
     "pmck_safetensors_verify": (c_int, [c_char_p, POINTER(FileInfo)]),
     "pmck_safetensors_import": (c_int, [c_void_p, c_char_p, c_uint64]),

@@ -89,6 +89,23 @@ class BusyError(Error):
     one writer at a time; the message names the path and the holder's pid)."""
 
 
+class CopyoutError(Error):
+    """Copying a checkpoint to shared_dir failed (a full file system, say).  The
+    local checkpoint is unaffected and later steps are still copied.  Raised
+    once per failure, by the next save()/save_async() (before it starts
+    anything), wait_copyout() or close().  `errno` is the cause (ENOSPC, ...),
+    `path` the file or directory, `step` the step whose copy failed, and for a
+    space failure `needed` / `available` the bytes the file needed and those
+    free (else 0)."""
+
+    def __init__(self, message, code=None, path=None, step=None, needed=0, available=0):
+        super().__init__(message, code)
+        self.path = path
+        self.step = step
+        self.needed = needed
+        self.available = available
+
+
 _BY_CODE = {
     PMCK_E_NO_CHECKPOINT: NoCheckpointError,
     PMCK_E_NONE_USABLE: CheckpointsUnusableError,

@@ -14,9 +14,9 @@ from ._lib import lib, check
 from ._state import (META_NAME, FORMAT, Decoder, Flattener, Layout, blob_capacity,
                      dense_permutation, make_blob, module_prefix, parse_blob, tree_names,
                      torch_dtype, _PMCK_TO_TORCH)
-from .errors import (Error, LayoutError, MetadataTooLargeError, NoCheckpointError,
-                     CorruptError, WorldSizeError, PMCK_E_NO_CHECKPOINT, PMCK_E_NONE_USABLE,
-                     PMCK_E_WORLD_SIZE, PMA_E_NOT_POOL, error_for)
+from .errors import (Error, CopyoutError, LayoutError, MetadataTooLargeError,
+                     NoCheckpointError, CorruptError, WorldSizeError, PMCK_E_NO_CHECKPOINT,
+                     PMCK_E_NONE_USABLE, PMCK_E_WORLD_SIZE, PMA_E_NOT_POOL, error_for)
 
 _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
                 "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
@@ -159,6 +159,10 @@ class Store:
     two-slot protocol.  shared_dir: each committed checkpoint is also copied,
     in the background, to SHARED_DIR/step-N/rank-R.safetensors, keeping the
     newest `keep`; load() falls back to it when the local store has nothing.
+    A copy that fails (a full file system, say) leaves the local checkpoint
+    as it is and later steps are still copied; the failure is raised once, as
+    CopyoutError, by the next save()/save_async() (before it starts anything),
+    wait_copyout() or close().
 
     The layout (tensor names, dtypes, shapes, layers) is derived from the
     first state_dict saved and fixed from then on: a state_dict of another
@@ -540,7 +544,12 @@ class Store:
         persisted (hook_optimizer does that for an optimizer).  Non-tensor
         values are captured now.  A previous checkpoint still in flight is
         waited for first (or, with on_busy='skip', this one is skipped:
-        handle.skipped)."""
+        handle.skipped).
+
+        With shared_dir, a copy-out that failed since the last report is
+        raised first, as CopyoutError, and nothing of this call is done (the
+        local store keeps what it had): call again to save this step."""
+        self._raise_copyout_failure()
         prep = self._prepare(state_dict, step)
         h = self._start(prep, step)
         if not h.skipped:
@@ -828,10 +837,31 @@ class Store:
             self._newest = self.newest_step() or 0
         return self._newest + 1
 
+    def _copyout_failure(self, wait=False):
+        """The copy-out failure not reported yet (a CopyoutError), or None; taken: it
+        is reported once.  wait: first wait for every submitted copy."""
+        if not self._copyout:
+            return None
+        f = _lib.CopyoutFailure()
+        rc = lib.pmck_copyout_check(self._copyout, _lib.COPYOUT_WAIT if wait else 0, byref(f))
+        if rc == 0:
+            return None
+        if not f.error:  # the check itself failed
+            return error_for(rc, f"copy-out to {self.shared_dir}: {_lib.errormsg()}")
+        msg = f.message.decode("utf-8", "replace") or _lib.strerror(rc)
+        return CopyoutError(f"copy-out of step {f.step} to {self.shared_dir} failed: {msg}", rc,
+                            path=f.path.decode("utf-8", "replace") or None, step=f.step,
+                            needed=f.needed, available=f.available)
+
+    def _raise_copyout_failure(self, wait=False):
+        err = self._copyout_failure(wait)
+        if err is not None:
+            raise err
+
     def wait_copyout(self):
-        """Waits until every committed checkpoint submitted for copy-out is in shared_dir."""
-        if self._copyout:
-            check(lib.pmck_copyout_wait(self._copyout), f"copy-out to {self.shared_dir}")
+        """Waits until every committed checkpoint submitted for copy-out is in
+        shared_dir; raises CopyoutError for a failure not reported yet."""
+        self._raise_copyout_failure(wait=True)
 
     def stats(self):
         """Counters of the pipeline and the copy-out (dicts), where they exist."""
@@ -858,8 +888,7 @@ class Store:
             if self._global:
                 lib.pmck_global_delete(byref(self._global))
             if self._copyout:
-                if lib.pmck_copyout_wait(self._copyout) < 0:
-                    err = Error(f"copy-out to {self.shared_dir}: {_lib.errormsg()}")
+                err = self._copyout_failure(wait=True)
                 lib.pmck_copyout_delete(byref(self._copyout))
             if self._h is not None:
                 self._h.close()
