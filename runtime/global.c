@@ -488,14 +488,14 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	if (!ret)
 		ret = pmck_store_discard_after(g->store, step);
 	if (!ret && source == 1) {
-		ret = pmck_store_recover_step(g->store, step, &rec);
+		ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);
 	} else if (!ret) {
 		char path[PATH_MAX];
 		if (!(ret = shared_file(g, dir, step, path, sizeof(path))) &&
 		    !(ret = pmck__safetensors_import(g->store, path, step, 1)))
-			ret = pmck_store_recover_step(g->store, step, &rec);
+			ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_SHARED;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from %.300s (%.180s)",
 				step, path, local_why[0] ? local_why : "no local slot holds it");
