@@ -1043,8 +1043,8 @@ struct pmck_global_recovery {
  * PMCK_E_WORLD_SIZE naming both sizes, before anything is loaded,
  * discarded or removed.  Candidates are local slots not recorded with
  * another world size and the shared steps of this layout and world size of
- * their newest generation; rank 0 removes only newer incomplete steps and
- * newer steps of that generation.
+ * their newest generation; rank 0 removes only newer incomplete steps
+ * (newer complete ones found damaged are quarantined, see above).
  * Errors (on every rank alike): PMCK_E_WORLD_SIZE; PMCK_E_NO_CHECKPOINT
  * when no rank has any checkpoint; PMCK_E_NONE_USABLE when some rank has
  * one but no step can be produced by every rank; those of the collectives.
