@@ -264,6 +264,7 @@ struct pmck_recovery {
  * and will be overwritten by the next begin.  Recovery writes nothing to
  * the region (a rejected slot is remembered in memory only), so it works
  * on a read-only region too.
+ * Every slot it rejects is listed by pmck_store_rejections (below).
  * Errors: PMCK_E_NO_CHECKPOINT (no slot is sealed: nothing was ever
  * committed), PMCK_E_NONE_USABLE (sealed slots exist but none verifies:
  * data was lost), -EBUSY (a checkpoint is in flight).
@@ -678,6 +679,21 @@ struct pmck_copyout_stats {
 void pmck_copyout_stats(struct pmck_copyout *c, struct pmck_copyout_stats *st);
 
 /*
+ * Quarantine.  A complete step whose file for some rank fails verification
+ * (a checksum, a truncated or missing file) is never loaded and never
+ * deleted silently: the recovery that found the damage moves it to
+ *
+ *   DIR/quarantine/step-<12 digits>-<UTC time>[-k]/   the step as it was
+ *       NOTE          what failed (rank, file, reason), when, and who moved it
+ *
+ * durably: NOTE is written into the step (fsync'd, renamed, the step
+ * directory fsync'd), then the step directory is renamed into
+ * DIR/quarantine, and both DIR/quarantine and DIR are fsync'd.  A crash
+ * before the rename leaves a step with a NOTE that the next recovery finds
+ * damaged again.  DIR/quarantine is not a step: retention, copiers,
+ * pmck_copyout_clean and recovery never look inside it; pmck_copyout_list
+ * lists it; only a person deletes it.
+ *
  * Copy-out directories without a running job: what is in one, and
  * retention by the copier's rules.  These are the library's reading of the
  * layout above (which names are steps, what a marker says, which lineage a
@@ -718,11 +734,21 @@ struct pmck_copyout_step {
 	const struct pmck_copyout_file *files; /* sorted by name */
 };
 
+/* A damaged complete step that recovery moved to DIR/quarantine/<name> (see "Quarantine"). */
+struct pmck_quarantined {
+	uint64_t step;
+	const char *name;     /* "step-000000000042-20240501T101500Z" */
+	const char *note;     /* text of its NOTE file ("" if unreadable) */
+};
+
 struct pmck_copyout_listing {
 	const char *dir;
 	uint64_t bytes;       /* sum of every step's bytes */
 	size_t nsteps;
 	const struct pmck_copyout_step *steps; /* ascending step numbers */
+	/* Appended: the library allocates the listing, so older callers are unaffected. */
+	size_t nquarantined;
+	const struct pmck_quarantined *quarantined; /* DIR/quarantine, sorted by name */
 };
 
 /*
@@ -842,6 +868,49 @@ int pmck_safetensors_layout(const char *path, struct pmck_tensor_desc **descs, s
 
 enum pmck_tier { PMCK_TIER_LOCAL = 0, PMCK_TIER_SHARED = 1 };
 
+/*
+ * Rejections.  Every recovery (pmck_store_recover, pmck_store_recover_step,
+ * pmck_recover_tiers, pmck_global_recover) lists each candidate it
+ * rejected, in the order it tried them, so that the caller can say what
+ * was lost and why even when an older checkpoint (or another tier) was
+ * loaded in its place, and when nothing could be loaded at all.
+ *
+ * A candidate is a sealed local slot, or a complete step of the store's
+ * layout in the shared directory.  reason says what failed, e.g.
+ *   "local slot 1 failed its checksum (tensor 'emb')"
+ *   "shared file .../rank-00001.safetensors: truncated (...)"
+ *   "rank-00001.safetensors is missing from the complete step"
+ *   "rank 2 cannot produce it" (pmck_global_recover: the group passed over
+ *       a step this rank could load)
+ * and, when the recovery moved the damaged shared step aside, ends with
+ * "; moved to DIR/quarantine/..." (quarantined is then 1; see
+ * "Quarantine" under copy-out).
+ *
+ * The list belongs to the store: it is read through pmck_store_rejections,
+ * not bound into struct pmck_recovery, struct pmck_tier_recovery or struct
+ * pmck_global_recovery, whose layouts are unchanged, so that programs
+ * built against older headers keep working.
+ */
+#define PMCK_REASON_MAX 384 /* bytes of a rejection's reason, NUL included */
+
+struct pmck_rejection {
+	unsigned rank;          /* whose candidate: this rank, or the rank named (global) */
+	enum pmck_tier tier;    /* a local slot, or a shared step's file */
+	uint64_t step;
+	int quarantined;        /* 1: this recovery moved the shared step to DIR/quarantine */
+	char reason[PMCK_REASON_MAX];
+};
+
+/*
+ * pmck_store_rejections -- the candidates the last recovery run on s
+ * rejected (*n of them, may be 0), in the order they were rejected.  The
+ * array belongs to the store; it stays valid until the next recovery on s
+ * or pmck_store_close.  The rank of a local rejection is the one given to
+ * pmck_recover_tiers, or the group's rank (pmck_global_new), else 0.
+ * Returns NULL (and *n 0) when nothing was rejected.
+ */
+const struct pmck_rejection *pmck_store_rejections(const struct pmck_store *s, size_t *n);
+
 struct pmck_tier_recovery {
 	uint64_t step;
 	enum pmck_tier tier;
@@ -855,9 +924,14 @@ struct pmck_tier_recovery {
  * imports the newest complete step of the store's layout in `shared_dir`
  * (by generation, then step: see copy-out) whose file for `rank`
  * verifies, trying older ones when one fails; steps of other layouts are
- * not considered.  Fills *out with the step, the tier and the reason.
- * Afterwards the checkpoint is readable through pmck_store_tensor_data
- * either way.
+ * not considered.  Fills *out with the step, the tier and the reason;
+ * every rejected local slot and shared step is listed by
+ * pmck_store_rejections.  A complete step of one rank whose file fails
+ * verification (or is missing) is moved to DIR/quarantine (see
+ * "Quarantine"); a step of several ranks is left in place and reported:
+ * this call sees one rank only, and pmck_global_recover moves it once the
+ * group agrees.  Afterwards the checkpoint is readable through
+ * pmck_store_tensor_data either way.
  * Errors: PMCK_E_NO_CHECKPOINT (no sealed slot and no complete step of
  * this layout: nothing was saved), PMCK_E_NONE_USABLE (there were such
  * checkpoints, and every one was rejected).
@@ -1004,7 +1078,17 @@ struct pmck_global_recovery {
  * NULL), loads it on every rank (from the local slot, or this rank's file
  * in shared_dir, e.g. after a node was replaced), discards local slots of
  * newer steps, and (rank 0) removes newer, incomplete steps from
- * shared_dir.
+ * shared_dir.  out->reason says where the step came from and why (a local
+ * slot that failed verification is named, not taken for "no local copy").
+ *
+ * Rejections (pmck_store_rejections on the group's store): each rank lists
+ * its own rejected candidates, and every step the group passed over that
+ * this rank could have loaded ("rank R cannot produce it").  A complete
+ * shared step that some rank needed and found damaged (its file fails
+ * verification, is truncated or missing) is moved to DIR/quarantine by
+ * rank 0 once every rank has loaded the agreed step (so no rank reads it
+ * any more), and listed on rank 0 with quarantined = 1; it is never
+ * removed.
  *
  * World size: every commit of a store tied to a group records the group's
  * size and this rank (pmck_store_slot_world), and copy-out's markers record
@@ -1014,8 +1098,8 @@ struct pmck_global_recovery {
  * PMCK_E_WORLD_SIZE naming both sizes, before anything is loaded,
  * discarded or removed.  Candidates are local slots not recorded with
  * another world size and the shared steps of this layout and world size of
- * their newest generation; rank 0 removes only newer incomplete steps and
- * newer steps of that generation.
+ * their newest generation; rank 0 removes only newer incomplete steps
+ * (newer complete ones found damaged are quarantined, see above).
  * Errors (on every rank alike): PMCK_E_WORLD_SIZE; PMCK_E_NO_CHECKPOINT
  * when no rank has any checkpoint; PMCK_E_NONE_USABLE when some rank has
  * one but no step can be produced by every rank; those of the collectives.

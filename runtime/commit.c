@@ -40,7 +40,8 @@ pmck_store_begin(struct pmck_store *s, uint64_t step, struct pmck_ckpt **out)
 	 * checkpoint.  So the first begin after open verifies, once.
 	 */
 	if (!s->verified) {
-		int ret = pmck_store_recover(s, NULL);
+		/* Appends to the rejections of a recovery that called begin (an import), never clears them. */
+		int ret = pmck__store_recover(s, NULL);
 		if (ret && ret != PMCK_E_NO_CHECKPOINT)
 			return ret;
 	}

@@ -437,15 +437,55 @@ pmck_copyout_delete(struct pmck_copyout **cp)
 
 /* ------------------------------------------------- two-tier recovery */
 
+/*
+ * Reports shared step `step` rejected for `rank` (import failed with
+ * `why`).  A file of the step that is missing or fails verification makes
+ * it a damaged step: one of a single rank is moved to DIR/quarantine here
+ * (no other rank reads it); one of several ranks is left for
+ * pmck_global_recover, which can tell when no rank reads it any more.
+ */
+static void
+reject_shared(struct pmck_store *s, const char *dir, uint64_t step, unsigned rank,
+		unsigned world, const char *why)
+{
+	char dmg[PMCK_REASON_MAX], moved[PATH_MAX];
+	struct pmck_rejection *e;
+
+	if (rank >= world) {
+		pmck__reject(s, rank, PMCK_TIER_SHARED, step, "a step of %u rank%s has no file for "
+				"rank %u", world, world == 1 ? "" : "s", rank);
+		return;
+	}
+	if (pmck__file_check(dir, step, rank, dmg, sizeof(dmg)) != 1) {
+		pmck__reject(s, rank, PMCK_TIER_SHARED, step, "%s", why);
+		return;
+	}
+	if (world > 1) {
+		pmck__reject(s, rank, PMCK_TIER_SHARED, step, "%s (a step of %u ranks: left in "
+				"place for pmck_global_recover)", dmg, world);
+		return;
+	}
+	int q = pmck__quarantine_step(dir, step, dmg, moved, sizeof(moved));
+	if (q == 0 && (e = pmck__reject(s, rank, PMCK_TIER_SHARED, step, "%s; moved to %s", dmg,
+			moved)))
+		e->quarantined = 1;
+	else if (q)
+		pmck__reject(s, rank, PMCK_TIER_SHARED, step, "%s (not moved to quarantine: %s)", dmg,
+				pmck_errormsg());
+}
+
 int
 pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 		struct pmck_tier_recovery *out)
 {
 	struct pmck_recovery rec;
 	char local_why[384];
-	int ret = pmck_store_recover(s, &rec);
 
 	memset(out, 0, sizeof(*out));
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	pmck__reject_start(s, rank); /* each rejected slot and step is listed (pmck_store_rejections) */
+	int ret = pmck__store_recover(s, &rec);
 	if (ret == 0) {
 		out->step = rec.step;
 		out->tier = PMCK_TIER_LOCAL;
@@ -479,7 +519,12 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 	size_t n = pmck__order_ours(&l, pmck_store_layout_hash(s), 0, idx);
 	char leaf[64], path[PATH_MAX], why[384] = "none complete of this layout";
 	snprintf(leaf, sizeof(leaf), "rank-%05u.safetensors", rank);
-	had_candidates |= n > 0;
+	/* Quarantined steps were checkpoints too: their loss is not a fresh start. */
+	size_t nq = pmck__quarantine_count(shared_dir);
+	if (!n && nq)
+		snprintf(why, sizeof(why), "none complete of this layout; %zu step%s in %s/"
+				PMCK_QUARANTINE, nq, nq == 1 ? "" : "s", shared_dir);
+	had_candidates |= n > 0 || nq > 0;
 	ret = had_candidates ? PMCK_E_NONE_USABLE : PMCK_E_NO_CHECKPOINT;
 	for (size_t k = 0; k < n; k++) {
 		uint64_t step = (uint64_t)l.step[idx[k]];
@@ -487,7 +532,7 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 			continue;
 		/* import checks every tensor against the file's checksums before committing it */
 		if (pmck__safetensors_import(s, path, step, 1) == 0 &&
-		    pmck_store_recover(s, &rec) == 0) {
+		    pmck__store_recover(s, &rec) == 0) {
 			out->step = rec.step;
 			out->tier = PMCK_TIER_SHARED;
 			snprintf(out->path, sizeof(out->path), "%s", path);
@@ -498,6 +543,7 @@ pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned rank,
 			break;
 		}
 		snprintf(why, sizeof(why), "%s", pmck_errormsg()); /* the newest failure, for the message */
+		reject_shared(s, shared_dir, step, rank, l.m[idx[k]].world_size, why);
 	}
 	free(idx);
 	pmck__free_steps(&l);

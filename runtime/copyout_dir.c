@@ -87,6 +87,75 @@ scan_step(const char *dir, const char *name, struct found_step *fs)
 	return 0;
 }
 
+/* What DIR/quarantine holds: steps moved aside by recovery (see quarantine.c). */
+struct found_q {
+	char name[NAME_MAX + 1];
+	uint64_t step;
+	char *note;
+};
+
+static int
+cmp_q(const void *a, const void *b)
+{
+	return strcmp(((const struct found_q *)a)->name, ((const struct found_q *)b)->name);
+}
+
+/* Its NOTE, at most 4 KiB ("" if unreadable). */
+static char *
+read_note(const char *path)
+{
+	char *buf = calloc(1, 4097);
+	FILE *f = buf ? fopen(path, "r") : NULL;
+	if (f) {
+		size_t n = fread(buf, 1, 4096, f);
+		buf[n] = 0;
+		fclose(f);
+	}
+	return buf;
+}
+
+/* The entries DIR/quarantine/step-<digits>-..., sorted by name; none if it does not exist. */
+static int
+scan_quarantine(const char *dir, struct found_q **out, size_t *n)
+{
+	char path[PATH_MAX], file[PATH_MAX + NAME_MAX + 8];
+	size_t cap = 0;
+	struct dirent *de;
+
+	*out = NULL;
+	*n = 0;
+	snprintf(path, sizeof(path), "%s/" PMCK_QUARANTINE, dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char *end;
+		if (strncmp(de->d_name, "step-", 5) || de->d_name[5] < '0' || de->d_name[5] > '9')
+			continue;
+		uint64_t step = strtoull(de->d_name + 5, &end, 10);
+		if (*n == cap) {
+			struct found_q *q = realloc(*out, (cap = cap ? 2 * cap : 4) * sizeof(*q));
+			if (!q) {
+				closedir(d);
+				return pma__err(-ENOMEM, "out of memory");
+			}
+			*out = q;
+		}
+		struct found_q *q = &(*out)[(*n)++];
+		snprintf(q->name, sizeof(q->name), "%s", de->d_name);
+		q->step = step;
+		snprintf(file, sizeof(file), "%s/%s/NOTE", path, de->d_name);
+		if (!(q->note = read_note(file))) {
+			closedir(d);
+			return pma__err(-ENOMEM, "out of memory");
+		}
+	}
+	closedir(d);
+	if (*n)
+		qsort(*out, *n, sizeof(**out), cmp_q);
+	return 0;
+}
+
 /* Copies s into the string area at *p and returns where it went. */
 static const char *
 put_str(char **p, const char *s)
@@ -106,7 +175,8 @@ static int
 list_dir(const char *dir, struct pmck__steps *l, struct pmck_copyout_listing **out)
 {
 	struct found_step *fs = NULL;
-	size_t nfiles = 0, strbytes = strlen(dir) + 1;
+	struct found_q *fq = NULL;
+	size_t nfiles = 0, strbytes = strlen(dir) + 1, nq = 0;
 	char name[64];
 	int ret;
 
@@ -127,9 +197,15 @@ list_dir(const char *dir, struct pmck__steps *l, struct pmck_copyout_listing **o
 			strbytes += strlen(fs[i].f[k].name) + 1;
 	}
 
-	/* One block: the listing, its steps, their files, then every string. */
+	if ((ret = scan_quarantine(dir, &fq, &nq)))
+		goto out;
+	for (size_t k = 0; k < nq; k++)
+		strbytes += strlen(fq[k].name) + strlen(fq[k].note) + 2;
+
+	/* One block: the listing, its steps, their files, quarantined steps, then every string. */
 	size_t size = sizeof(**out) + l->n * sizeof(struct pmck_copyout_step) +
-		      nfiles * sizeof(struct pmck_copyout_file) + strbytes;
+		      nfiles * sizeof(struct pmck_copyout_file) +
+		      nq * sizeof(struct pmck_quarantined) + strbytes;
 	char *block = calloc(1, size);
 	if (!block) {
 		ret = pma__err(-ENOMEM, "out of memory");
@@ -138,7 +214,8 @@ list_dir(const char *dir, struct pmck__steps *l, struct pmck_copyout_listing **o
 	struct pmck_copyout_listing *ls = (void *)block;
 	struct pmck_copyout_step *steps = (void *)(ls + 1);
 	struct pmck_copyout_file *files = (void *)(steps + l->n);
-	char *str = (char *)(files + nfiles);
+	struct pmck_quarantined *quar = (void *)(files + nfiles);
+	char *str = (char *)(quar + nq);
 
 	ls->dir = put_str(&str, dir);
 	ls->nsteps = l->n;
@@ -173,8 +250,18 @@ list_dir(const char *dir, struct pmck__steps *l, struct pmck_copyout_listing **o
 		}
 		ls->bytes += s->bytes;
 	}
+	ls->nquarantined = nq;
+	ls->quarantined = quar;
+	for (size_t k = 0; k < nq; k++) {
+		quar[k].step = fq[k].step;
+		quar[k].name = put_str(&str, fq[k].name);
+		quar[k].note = put_str(&str, fq[k].note);
+	}
 	*out = ls;
 out:
+	for (size_t k = 0; k < nq; k++)
+		free(fq[k].note);
+	free(fq);
 	for (size_t i = 0; fs && i < l->n; i++)
 		free(fs[i].f);
 	free(fs);

@@ -263,21 +263,39 @@ shared_file(const struct pmck_global *g, const char *dir, uint64_t step, char *p
 	return pmck__step_path(path, len, dir, step, leaf);
 }
 
-/* Can this rank produce `step`: a verifying local slot, or a complete verified shared file? */
+/*
+ * Can this rank produce `step`: 1 from a verifying local slot, 2 from a
+ * complete, verified shared file, 0 not.  Every candidate it rejects is
+ * listed (pmck_store_rejections); *damaged says that its shared file of
+ * the step is missing or fails verification (the step is to be
+ * quarantined).  local_why receives why a local slot of the step failed.
+ */
 static int
-can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd, uint64_t step)
+can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd, uint64_t step,
+		int *damaged, char *local_why, size_t why_len)
 {
 	struct pmck_recovery rec;
-	char path[PATH_MAX];
+	char why[PMCK_REASON_MAX];
+	size_t n0;
 
-	for (unsigned k = 0; k < 2; k++)
-		if (cd->local[k] == (int64_t)step && pmck_store_recover_step(g->store, step, &rec) == 0)
+	*damaged = 0;
+	for (unsigned k = 0; k < 2; k++) {
+		if (cd->local[k] != (int64_t)step)
+			continue;
+		if (pmck__store_recover_step(g->store, step, &rec) == 0)
 			return 1;
-	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
-		if (cd->shared.step[i] == (int64_t)step && cd->cand[i] &&
-		    !shared_file(g, dir, step, path, sizeof(path)) &&
-		    pmck_safetensors_verify(path, NULL) == 0)
+		const struct pmck_rejection *r = pmck_store_rejections(g->store, &n0);
+		snprintf(local_why, why_len, "%s", r && n0 ? r[n0 - 1].reason : pmck_errormsg());
+	}
+	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++) {
+		if (cd->shared.step[i] != (int64_t)step || !cd->cand[i])
+			continue;
+		int bad = pmck__file_check(dir, step, g->c.rank, why, sizeof(why));
+		if (bad == 0)
 			return 2;
+		*damaged = bad == 1;
+		pmck__reject(g->store, g->c.rank, PMCK_TIER_SHARED, step, "%s", why);
+	}
 	return 0;
 }
 
@@ -345,7 +363,8 @@ find_candidates(struct pmck_global *g, const char *dir, struct candidates *cd, u
 	}
 	uint64_t hash = pmck_store_layout_hash(g->store);
 	size_t m = pmck__order_ours(&cd->shared, hash, 0, idx);
-	*nfound += m;
+	/* Quarantined steps were checkpoints too: their loss is not a fresh start. */
+	*nfound += m + pmck__quarantine_count(dir);
 	if (m && !recorded && cd->shared.m[idx[0]].world_size != size)
 		foreign = cd->shared.m[idx[0]].world_size;
 	m = pmck__order_ours(&cd->shared, hash, size, idx);
@@ -354,6 +373,29 @@ find_candidates(struct pmck_global *g, const char *dir, struct candidates *cd, u
 		cd->cand[idx[k]] = 1;
 	free(idx);
 	return foreign;
+}
+
+/*
+ * Rank 0, once every rank has loaded an older step (no rank reads this one
+ * any more): moves damaged complete step `step` to DIR/quarantine, its
+ * NOTE and rejection naming the first rank whose file is damaged.  That
+ * rank's file is verified again here for the reason (rank 0 cannot ask).
+ */
+static void
+quarantine(struct pmck_global *g, const char *dir, uint64_t step, unsigned rank)
+{
+	char why[PMCK_REASON_MAX] = "", moved[PATH_MAX];
+	struct pmck_rejection *e;
+
+	if (pmck__file_check(dir, step, rank, why, sizeof(why)) == 0)
+		snprintf(why, sizeof(why), "rank %u could not load its file", rank);
+	int q = pmck__quarantine_step(dir, step, why, moved, sizeof(moved));
+	if (q == 0 && (e = pmck__reject(g->store, rank, PMCK_TIER_SHARED, step, "%s; moved to %s",
+			why, moved)))
+		e->quarantined = 1;
+	else if (q && q != -ENOENT) /* -ENOENT: another recovery moved it first */
+		pmck__reject(g->store, rank, PMCK_TIER_SHARED, step, "%s (not moved to quarantine: %s)",
+				why, pmck_errormsg());
 }
 
 int
@@ -365,6 +407,7 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	memset(out, 0, sizeof(*out));
 	/* Every rank completes a request in flight; its outcome no longer matters. */
 	pmck__global_complete(g);
+	pmck__reject_start(g->store, g->c.rank);
 	pthread_mutex_lock(&g->lock);
 	g->broken = 0;
 	pthread_mutex_unlock(&g->lock);
@@ -394,14 +437,38 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	 * All ranks run the same reductions in the same order.
 	 */
 	uint64_t agreed = newest_below(&cd, UINT64_MAX);
-	int source = 0;
+	int source = 0, damaged;
+	char local_why[PMCK_REASON_MAX] = "";
+	/* Damaged shared steps, each with the lowest rank whose file is damaged (+1). */
+	size_t ndamaged = 0;
+	uint64_t *dstep = calloc(cd.shared.n + 3, sizeof(*dstep)),
+		 *drank = calloc(cd.shared.n + 3, sizeof(*drank));
+	/* Without memory for the list, this rank (if rank 0) quarantines nothing: no other change. */
+	size_t dcap = dstep && drank ? cd.shared.n + 2 : 0;
 	if (!ret)
 		ret = reduce(g, &agreed, PMCK_REDUCE_MIN);
 	while (!ret && agreed != NONE) {
-		source = can_produce(g, dir, &cd, agreed - 1);
+		local_why[0] = 0;
+		source = can_produce(g, dir, &cd, agreed - 1, &damaged, local_why, sizeof(local_why));
 		uint64_t all = source ? 1 : 0;
 		if ((ret = reduce(g, &all, PMCK_REDUCE_MIN)) || all)
 			break;
+		/*
+		 * Passed over: who could not produce it (for the ranks that could,
+		 * whose candidate is rejected all the same), and whose shared file
+		 * of it is damaged (rank 0 quarantines the step once all have loaded).
+		 */
+		uint64_t who = source ? UINT64_MAX : g->c.rank;
+		uint64_t dmg = damaged ? UINT64_MAX - g->c.rank : 0;
+		if ((ret = reduce(g, &who, PMCK_REDUCE_MIN)) || (ret = reduce(g, &dmg, PMCK_REDUCE_MAX)))
+			break;
+		if (source)
+			pmck__reject(g->store, g->c.rank, source == 1 ? PMCK_TIER_LOCAL : PMCK_TIER_SHARED,
+					agreed - 1, "rank %" PRIu64 " cannot produce it", who);
+		if (dmg && ndamaged < dcap) {
+			dstep[ndamaged] = agreed - 1;
+			drank[ndamaged++] = UINT64_MAX - dmg;
+		}
 		uint64_t next = newest_below(&cd, agreed);
 		if ((ret = reduce(g, &next, PMCK_REDUCE_MIN)))
 			break;
@@ -421,17 +488,17 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	if (!ret)
 		ret = pmck_store_discard_after(g->store, step);
 	if (!ret && source == 1) {
-		ret = pmck_store_recover_step(g->store, step, &rec);
+		ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);
 	} else if (!ret) {
 		char path[PATH_MAX];
 		if (!(ret = shared_file(g, dir, step, path, sizeof(path))) &&
 		    !(ret = pmck__safetensors_import(g->store, path, step, 1)))
-			ret = pmck_store_recover_step(g->store, step, &rec);
+			ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_SHARED;
-		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from %.400s (no local copy)",
-				step, path);
+		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from %.300s (%.180s)",
+				step, path, local_why[0] ? local_why : "no local slot holds it");
 	}
 	/* Every rank reports whether it loaded; one failure fails all. */
 	uint64_t ok = ret ? 0 : 1;
@@ -448,11 +515,15 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	 * steps, and older generations, are not this recovery's to remove.
 	 */
 	if (!ret && g->c.rank == 0 && cd.have_shared) {
-		uint64_t hash = pmck_store_layout_hash(g->store);
+		for (size_t k = 0; k < ndamaged; k++)
+			quarantine(g, dir, dstep[k], (unsigned)drank[k]);
+		/*
+		 * A complete step newer than the agreed one that was not found
+		 * damaged could not be read for a passing reason (-EIO, -EACCES):
+		 * it stays, and is tried again by the next recovery.
+		 */
 		for (size_t i = 0; i < cd.shared.n; i++) {
-			int ours = pmck__step_ours(&cd.shared, i, hash, g->c.size) &&
-				   cd.shared.m[i].generation == cd.gen;
-			if (cd.shared.step[i] > (int64_t)step && (!cd.shared.complete[i] || ours)) {
+			if (cd.shared.step[i] > (int64_t)step && !cd.shared.complete[i]) {
 				char name[64];
 				snprintf(name, sizeof(name), "step-%012" PRId64, cd.shared.step[i]);
 				pmck__remove_step(dir, name);
@@ -462,6 +533,8 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	if (cd.have_shared)
 		pmck__free_steps(&cd.shared);
 	free(cd.cand);
+	free(dstep);
+	free(drank);
 	if (!ret) {
 		int bret = g->c.barrier(g->c.ctx);
 		if (bret)

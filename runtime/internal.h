@@ -90,6 +90,10 @@ struct pmck_store {
 	int verified;               /* recover ran (or the store is new): bad[] is known */
 	int in_flight;
 	uint64_t world_tag;         /* written into slot_hdr.world at commit (set by pmck_global_new) */
+	/* The last recovery's rejected candidates (pmck_store_rejections), and whose they are. */
+	struct pmck_rejection *rej;
+	size_t nrej, rej_cap;
+	unsigned rej_rank;
 	struct pmck_ckpt ckpt;
 	/* Slots being read by a copier: begin must not overwrite them (see pmck__slot_pin). */
 	pthread_mutex_t pin_lock;
@@ -221,6 +225,34 @@ pmck__sealed_step(const struct pmck_store *s, unsigned k)
 #define PMCK__WORLD_TAG(size, rank) (((uint64_t)(size) << 32) | (uint32_t)(rank))
 #define PMCK__TAG_SIZE(tag) ((unsigned)((tag) >> 32))
 #define PMCK__TAG_RANK(tag) ((unsigned)((tag) & 0xffffffffu))
+
+/*
+ * recover.c: the rejection list.  A public recovery clears it and sets
+ * whose candidates it tries (pmck__reject_start); the recoveries it calls
+ * (pmck__store_recover, pmck__store_recover_step) only append to it.
+ * pmck__reject appends one entry (dropped if out of memory) and returns it.
+ */
+void pmck__reject_start(struct pmck_store *s, unsigned rank);
+struct pmck_rejection *pmck__reject(struct pmck_store *s, unsigned rank, enum pmck_tier tier,
+		uint64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info);
+int pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
+
+/*
+ * quarantine.c: a damaged complete step (see "Quarantine" in pmckpt.h).
+ * pmck__file_check verifies rank's file of DIR/step-<step>: 0 if it
+ * verifies; 1 and why if it is damaged (missing, truncated, a checksum);
+ * -1 and why if it cannot be read now (not known to be damaged).
+ * pmck__quarantine_count: the steps in DIR/quarantine (0 if none).
+ * pmck__quarantine_step moves the step to DIR/quarantine with a NOTE
+ * saying `what` (the path moved to in moved, may be NULL); -ENOENT if the
+ * step is gone (another recovery moved it).
+ */
+int pmck__file_check(const char *dir, uint64_t step, unsigned rank, char *why, size_t len);
+size_t pmck__quarantine_count(const char *dir);
+int pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *moved,
+		size_t len);
+#define PMCK_QUARANTINE "quarantine"
 
 /* Completes the agreement in flight (global.c): pmck_global_begin without the begin. */
 int pmck__global_complete(struct pmck_global *g);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* recover.c -- finding the newest checkpoint whose checksums verify, and reading it. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -46,8 +48,65 @@ verify_slot(const struct pmck_store *s, unsigned k)
 	return -1;
 }
 
+void
+pmck__reject_start(struct pmck_store *s, unsigned rank)
+{
+	s->nrej = 0;
+	s->rej_rank = rank;
+}
+
+struct pmck_rejection *
+pmck__reject(struct pmck_store *s, unsigned rank, enum pmck_tier tier, uint64_t step,
+		const char *fmt, ...)
+{
+	char reason[PMCK_REASON_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	/* A slot verified twice in one recovery (recover_step, then begin's check) is one rejection. */
+	for (size_t i = 0; i < s->nrej; i++)
+		if (s->rej[i].rank == rank && s->rej[i].tier == tier && s->rej[i].step == step &&
+		    !strcmp(s->rej[i].reason, reason))
+			return &s->rej[i];
+	if (s->nrej == s->rej_cap) {
+		size_t cap = s->rej_cap ? 2 * s->rej_cap : 4;
+		struct pmck_rejection *r = realloc(s->rej, cap * sizeof(*r));
+		if (!r)
+			return NULL; /* the report is lost, the recovery goes on */
+		s->rej = r;
+		s->rej_cap = cap;
+	}
+	struct pmck_rejection *e = &s->rej[s->nrej++];
+
+	memset(e, 0, sizeof(*e));
+	e->rank = rank;
+	e->tier = tier;
+	e->step = step;
+	memcpy(e->reason, reason, sizeof(reason));
+	return e;
+}
+
+const struct pmck_rejection *
+pmck_store_rejections(const struct pmck_store *s, size_t *n)
+{
+	if (n)
+		*n = s && s->nrej ? s->nrej : 0;
+	return s && s->nrej ? s->rej : NULL;
+}
+
 int
 pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
+{
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	pmck__reject_start(s, s->world_tag ? PMCK__TAG_RANK(s->world_tag) : 0);
+	return pmck__store_recover(s, info);
+}
+
+int
+pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info)
 {
 	struct pmck_recovery r = {0};
 
@@ -79,6 +138,8 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 			r.rejected_step = (uint64_t)st[k];
 			snprintf(r.rejected_tensor, sizeof(r.rejected_tensor), "%s", s->tmap[bad].name);
 		}
+		pmck__reject(s, s->rej_rank, PMCK_TIER_LOCAL, (uint64_t)st[k],
+				"local slot %u failed its checksum (tensor '%s')", k, s->tmap[bad].name);
 		/*
 		 * In memory only, never on media: recovery writes nothing, so it
 		 * also runs on a read-only region (pmckpt list --verify).
@@ -126,13 +187,26 @@ pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recover
 {
 	if (s->in_flight)
 		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	pmck__reject_start(s, s->world_tag ? PMCK__TAG_RANK(s->world_tag) : 0);
+	return pmck__store_recover_step(s, step, info);
+}
+
+int
+pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
+{
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
 	for (unsigned k = 0; k < 2; k++) {
 		if (pmck__sealed_step(s, k) != (int64_t)step)
 			continue;
 		int64_t bad = verify_slot(s, k);
-		if (bad >= 0)
+		if (bad >= 0) {
+			pmck__reject(s, s->rej_rank, PMCK_TIER_LOCAL, step,
+					"local slot %u failed its checksum (tensor '%s')", k,
+					s->tmap[bad].name);
 			return pma__err(PMCK_E_NONE_USABLE, "store '%s': step %llu fails at tensor "
 					"'%s'", s->name, (unsigned long long)step, s->tmap[bad].name);
+		}
 		s->readable_slot = (int)k;
 		s->verified = 1;
 		if (info)

@@ -304,6 +304,7 @@ pmck_store_close(struct pmck_store **sp)
 	free(s->chunk_first);
 	free(s->chunk_hash);
 	free((void *)s->written);
+	free(s->rej);
 	free(s);
 	*sp = NULL;
 }

@@ -16,6 +16,10 @@
  *     steps of this layout but no file of the rank: PMCK_E_NONE_USABLE;
  *   - both local slots damaged while the shared directory holds only older
  *     steps: SHARED with the newest complete step.
+ * Each rejected candidate is listed by pmck_store_rejections with its
+ * true reason (issue #24): a damaged slot names its tensor; the corrupt
+ * step 3 of a COMPLETE step is moved to DIR/quarantine with a NOTE, not
+ * deleted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +107,21 @@ damage_file(const char *path)
 	close(fd);
 }
 
+/* Is there a rejection of (tier, step) whose reason contains text?  Lists them if not. */
+static const struct pmck_rejection *
+rejected(const struct pmck_store *s, enum pmck_tier tier, uint64_t step, const char *text)
+{
+	size_t n;
+	const struct pmck_rejection *r = pmck_store_rejections(s, &n);
+	for (size_t i = 0; i < n; i++)
+		if (r[i].tier == tier && r[i].step == step && strstr(r[i].reason, text))
+			return &r[i];
+	for (size_t i = 0; i < n; i++)
+		diag("rejection %zu: rank %u tier %d step %llu: %s", i, r[i].rank, (int)r[i].tier,
+				(unsigned long long)r[i].step, r[i].reason);
+	return NULL;
+}
+
 static void
 lose_ramdisk(struct pmck_local *l)
 {
@@ -146,6 +165,9 @@ main(void)
 	ok(strstr(tr.reason, "rejected") && strstr(tr.reason, "'emb'") && strstr(tr.reason, "4"),
 			"reason names the rejected step and tensor: \"%s\"", tr.reason);
 	ok(store_holds(l.store, layout, NT, 3), "bit-exact contents of step 3");
+	const struct pmck_rejection *e = rejected(l.store, PMCK_TIER_LOCAL, 4,
+			"failed its checksum (tensor 'emb')");
+	ok(e && e->rank == 0 && !e->quarantined, "rejection listed: \"%s\"", e ? e->reason : "");
 
 	/* 3. The ramdisk file is gone: the newest complete step from the shared directory. */
 	lose_ramdisk(&l);
@@ -179,6 +201,23 @@ main(void)
 	is_int(tr.tier, PMCK_TIER_SHARED, "tier SHARED");
 	is_int(tr.step, 2, "step 2: the incomplete step 4 and the corrupt step 3 are passed over");
 	ok(store_holds(l.store, layout, NT, 2), "bit-exact contents of step 2");
+	e = rejected(l.store, PMCK_TIER_SHARED, 3, "fails its checksum");
+	ok(e && e->quarantined && strstr(e->reason, "/quarantine/step-000000000003-"),
+			"corrupt step 3 rejected and quarantined: \"%s\"", e ? e->reason : "");
+	fmtp(path, sizeof(path), "%s/step-000000000003", dir);
+	struct stat st;
+	ok(stat(path, &st) && errno == ENOENT, "step 3 is gone from the shared directory");
+	if (e && strstr(e->reason, "moved to ")) {
+		fmtp(path, sizeof(path), "%s/NOTE", strstr(e->reason, "moved to ") + 9);
+		ok(stat(path, &st) == 0 && st.st_size > 0, "%s written", path);
+	} else {
+		ok(0, "no quarantine path");
+	}
+	is_int(pmck_recover_tiers(l.store, dir, 0, &tr), 0, "recovered again (locally)");
+	struct pmck_copyout_listing *ls = NULL;
+	ok(pmck_copyout_list(dir, &ls) == 0 && ls->nquarantined == 1 &&
+			ls->quarantined[0].step == 3, "pmck_copyout_list reports it");
+	pmck_copyout_listing_free(&ls);
 
 	/* 5. Nothing usable in either tier. */
 	lose_ramdisk(&l);
@@ -216,6 +255,11 @@ main(void)
 	/* Both damaged slots are marked bad, so the import may begin an older step. */
 	ok(ret == 0 && tr.tier == PMCK_TIER_SHARED && tr.step == 2, "both local slots damaged, shared steps older: SHARED step 2 (got %d, tier %d, "
 			"step %llu)", ret, (int)tr.tier, (unsigned long long)tr.step);
+	ok(rejected(l.store, PMCK_TIER_LOCAL, 4, "failed its checksum (tensor 'emb')") &&
+			rejected(l.store, PMCK_TIER_LOCAL, 3, "failed its checksum (tensor 'emb')"),
+			"both damaged slots listed with the true reason");
+	ok(strstr(tr.reason, "fails its checksum") || strstr(tr.reason, "no checkpoint verifies"),
+			"reason: \"%s\"", tr.reason);
 
 	pmck_local_close(&l);
 	rm_rf(rd);

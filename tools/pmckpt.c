@@ -525,6 +525,32 @@ count_complete(const struct pmck_copyout_listing *l)
 	return c;
 }
 
+/* The quarantined steps of a listing: JSON array, or one line each (the NOTE's "what failed"). */
+static json_object *
+quarantine_json(const struct pmck_copyout_listing *l)
+{
+	json_object *qa = json_object_new_array();
+	for (size_t i = 0; i < l->nquarantined; i++) {
+		json_object *qo = json_object_new_object();
+		json_object_object_add(qo, "step", ju64(l->quarantined[i].step));
+		json_object_object_add(qo, "name", json_object_new_string(l->quarantined[i].name));
+		json_object_object_add(qo, "note", json_object_new_string(l->quarantined[i].note));
+		json_object_array_add(qa, qo);
+	}
+	return qa;
+}
+
+static void
+quarantine_print(const struct pmck_copyout_listing *l)
+{
+	for (size_t i = 0; i < l->nquarantined; i++) {
+		const char *what = strstr(l->quarantined[i].note, "what failed: ");
+		int n = what ? (int)strcspn(what + 13, "\n") : 0;
+		printf("quarantined step %" PRIu64 ": %s/quarantine/%s%s%.*s\n", l->quarantined[i].step,
+				l->dir, l->quarantined[i].name, what ? ": " : "", n, what ? what + 13 : "");
+	}
+}
+
 static int
 list_dir(const char *dir, struct pmck_copyout_listing **l)
 {
@@ -578,6 +604,7 @@ cmd_list_dir(const struct opts *o)
 			json_object_array_add(arr, so);
 		}
 		json_object_object_add(root, "steps", arr);
+		json_object_object_add(root, "quarantined", quarantine_json(l));
 		print_json(root);
 	} else {
 		printf("dir %s: %zu step%s (%zu complete), %s\n", o->dir, l->nsteps,
@@ -602,6 +629,7 @@ cmd_list_dir(const struct opts *o)
 						f->temporary ? "  (temporary: leftover of a copy)" : "");
 			}
 		}
+		quarantine_print(l);
 	}
 	pmck_copyout_listing_free(&l);
 	return 0;
@@ -804,9 +832,13 @@ cmd_verify_dir(const struct opts *o)
 		json_object_object_add(root, "complete_steps", ju64(checked));
 		json_object_object_add(root, "failed_steps", ju64((uint64_t)bad));
 		json_object_object_add(root, "steps", arr);
+		json_object_object_add(root, "quarantined", quarantine_json(l));
 		print_json(root);
-	} else if (!first[0]) {
-		printf("%s: %zu complete step%s verified\n", o->dir, checked, checked == 1 ? "" : "s");
+	} else {
+		if (!first[0])
+			printf("%s: %zu complete step%s verified\n", o->dir, checked,
+					checked == 1 ? "" : "s");
+		quarantine_print(l); /* moved aside by recovery: not verified, listed */
 	}
 	pmck_copyout_listing_free(&l);
 	if (first[0])

@@ -142,6 +142,15 @@ class GlobalRecovery(Structure):
     _fields_ = [("step", c_uint64), ("tier", c_int), ("reason", c_char * 512)]
 
 
+# struct pmck_rejection (pmck_store_rejections); the recovery structs above are unchanged
+REASON_MAX = 384
+
+
+class Rejection(Structure):
+    _fields_ = [("rank", c_uint), ("tier", c_int), ("step", c_uint64), ("quarantined", c_int),
+                ("reason", c_char * REASON_MAX)]
+
+
 vpp = POINTER(c_void_p)
 
 # name: (restype, argtypes).  Optional ones (newer than the first release) are
@@ -219,6 +228,8 @@ _OPTIONAL = {
     # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmctl.h)
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
+    # the candidates the last recovery rejected (a library without it reports none)
+    "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
 }
 
 

@@ -23,7 +23,34 @@ _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERN
 
 
 class RecoveryWarning(UserWarning):
-    """The newest checkpoint failed verification; an older one was loaded."""
+    """A checkpoint candidate was rejected by recovery (a local slot or a shared
+    step failed verification, a file was missing or truncated); an older one,
+    or another tier's copy, was loaded instead.  One warning per rejected
+    candidate, carrying its facts: rank, tier ("local" or "shared"), step,
+    reason, quarantined (the shared step was moved to DIR/quarantine)."""
+
+    def __init__(self, message, rank=None, tier=None, step=None, reason=None,
+                 quarantined=False):
+        super().__init__(message)
+        self.rank, self.tier, self.step = rank, tier, step
+        self.reason, self.quarantined = reason, quarantined
+
+
+def _rejections(store):
+    """The candidates the last recovery on store rejected (pmck_store_rejections),
+    as dicts with rank, tier, step, reason, quarantined."""
+    fn = _lib.optional("pmck_store_rejections")
+    if fn is None or not store:
+        return []
+    n = ctypes.c_size_t(0)
+    arr = fn(store, byref(n))
+    return [{"rank": arr[i].rank, "tier": "shared" if arr[i].tier else "local",
+             "step": arr[i].step, "reason": arr[i].reason.decode(errors="replace"),
+             "quarantined": bool(arr[i].quarantined)} for i in range(n.value)]
+
+
+def _describe(rej):
+    return (f"rank {rej['rank']}, {rej['tier']} step {rej['step']}: {rej['reason']}")
 
 
 def _u8_view(addr, nbytes):
@@ -602,16 +629,35 @@ class Store:
                                   "rejected_step": rec.rejected_step if rec.rejected else None,
                                   "rejected_tensor": rec.rejected_tensor.decode() if rec.rejected
                                   else None}
-            if rec.rejected:
-                warnings.warn(RecoveryWarning(
-                    f"store '{self.name}': step {rec.rejected_step} fails verification (tensor "
-                    f"'{rec.rejected_tensor.decode()}'); loaded step {rec.step} instead"), stacklevel=3)
+            self._report_rejections(rec.step)
             self._newest = max(self._newest or 0, rec.step)
             return
         msg = _lib.errormsg()
         if rc in (PMCK_E_NO_CHECKPOINT, PMCK_E_NONE_USABLE) and self.shared_dir:
             return self._recover_tiers()
-        raise error_for(rc, msg)
+        raise self._recovery_error(rc, msg)
+
+    def _report_rejections(self, loaded_step):
+        """Adds the last recovery's rejected candidates to last_recovery["rejected"]
+        and warns RecoveryWarning once for each."""
+        rejected = _rejections(self._h.store if self._h else None)
+        if self.last_recovery is not None:
+            self.last_recovery["rejected"] = rejected
+        for r in rejected:
+            warnings.warn(RecoveryWarning(
+                f"store '{self.name}': {_describe(r)}; loaded step {loaded_step} instead",
+                **r), stacklevel=4)
+
+    def _recovery_error(self, rc, msg):
+        """The error of a failed recovery; its rejected candidates are named in the
+        message and in the error's `rejected` list (CheckpointsUnusableError)."""
+        rejected = _rejections(self._h.store if self._h else None)
+        self.last_recovery = {"step": None, "tier": None, "rejected": rejected}
+        if rejected:
+            msg = msg + "; rejected: " + "; ".join(_describe(r) for r in rejected)
+        err = error_for(rc, msg)
+        err.rejected = rejected
+        return err
 
     def _recover_global(self):
         """Every rank of the group loads the newest step that all of them can
@@ -650,17 +696,25 @@ class Store:
             self._pipe_source = None
         rec = _lib.GlobalRecovery()
         shared = self.shared_dir.encode() if self.shared_dir else None
-        self._check_global(lib.pmck_global_recover(self._global, shared, byref(rec)),
-                           f"recovery of {self.world_size} ranks")
+        rc = lib.pmck_global_recover(self._global, shared, byref(rec))
+        if rc in (PMCK_E_NONE_USABLE, PMCK_E_NO_CHECKPOINT):
+            from .distributed import message
+            raise self._recovery_error(rc, f"recovery of {self.world_size} ranks: "
+                                       f"{message(self._coll, _lib.errormsg() or _lib.strerror(rc))}")
+        self._check_global(rc, f"recovery of {self.world_size} ranks")
         self.last_recovery = {"step": rec.step, "tier": "shared" if rec.tier else "local",
                               "reason": rec.reason.decode()}
+        self._report_rejections(rec.step)
         self._newest = rec.step
 
     def _recover_tiers(self):
         tr = _lib.TierRecovery()
-        check(lib.pmck_recover_tiers(self._h.store, self.shared_dir.encode(), self.rank, byref(tr)))
+        rc = lib.pmck_recover_tiers(self._h.store, self.shared_dir.encode(), self.rank, byref(tr))
+        if rc < 0:
+            raise self._recovery_error(rc, _lib.errormsg() or _lib.strerror(rc))
         self.last_recovery = {"step": tr.step, "tier": "shared" if tr.tier else "local",
                               "path": tr.path.decode(), "reason": tr.reason.decode()}
+        self._report_rejections(tr.step)
         self._newest = max(self._newest or 0, tr.step)
 
     def _recover_into_new_store(self):

@@ -410,6 +410,19 @@ def test_corrupted_slot():
     if not msgs or "step 2" not in msgs[0] or "model/2.weight" not in msgs[0]:
         return f"no RecoveryWarning naming step 2 and the tensor: {msgs}"
     T.diag(f"RecoveryWarning: {msgs[0]}")
+    ws = [x.message for x in w if issubclass(x.category, pmckpt.RecoveryWarning)]
+    f = ws[0]
+    if (f.rank, f.tier, f.step, f.quarantined) != (0, "local", 2, False) or \
+            "failed its checksum (tensor 'model/2.weight')" not in f.reason:
+        return f"RecoveryWarning lacks the facts: {vars(f)}"
+    with pmckpt.Store(name="corrupt", ramdisk=D) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+            s.load()
+        rej = s.last_recovery.get("rejected")
+        if not rej or rej[0]["step"] != 2 or rej[0]["tier"] != "local" or \
+                "model/2.weight" not in rej[0]["reason"]:
+            return f"last_recovery does not list the rejected slot: {s.last_recovery}"
     _, off1, _ = slot_address("corrupt", 1 - newest, "optim/state/1/exp_avg")
     flip(path, off1 + 4)
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
@@ -422,6 +435,10 @@ def test_corrupted_slot():
             e = err
         if e is None or isinstance(e, pmckpt.NoCheckpointError) or e.code != -100105:
             return f"both slots corrupted: {e!r} is not a sibling of NoCheckpointError with code -100105"
+        if len(e.rejected) != 2 or "rejected: rank 0, local step" not in str(e) or \
+                len(s.last_recovery["rejected"]) != 2:
+            return f"both slots corrupted: the rejected candidates are not named: {e}"
+        T.diag(f"CheckpointsUnusableError: {e}")
     flip(path, meta_off + 16)  # the store header's data_size
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
         T.raises("corrupted store header: CorruptError", pmckpt.CorruptError, s.load)
