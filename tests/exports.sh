@@ -22,8 +22,9 @@ fi
 LIBS="libpmalloc.so.0:include/pmalloc.h,include/pmctl.h
 libpmckpt.so.0:include/pmckpt.h
 libddio.so.0:include/ddio.h"
-# Internals a library may export to its sibling, as name@@NODE (none else).
-PRIVATE="pma__err@@PMALLOC_PRIVATE pma__err_prefix@@PMALLOC_PRIVATE"
+# Internals a library may export to its sibling, as name@@NODE: none (libpmckpt
+# reports into libpmalloc's message buffer through pma_errormsg(), common/errmsg.h).
+PRIVATE=""
 
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT INT TERM
