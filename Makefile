@@ -297,7 +297,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 include/pmalloc.h include/pmckpt.h $(DESTDIR)$(INCDIR)
-	install -m 644 include/pmctl.h $(DESTDIR)$(INCDIR)
+	install -m 644 include/pmalloc_ns.h include/pmctl.h $(DESTDIR)$(INCDIR)
 	install -m 644 include/ddio.h $(DESTDIR)$(INCDIR)
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
 ifneq ($(SHARED),0)

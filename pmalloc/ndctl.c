@@ -19,7 +19,7 @@
 #include <ndctl/libndctl.h>
 #include <linux/ndctl.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 

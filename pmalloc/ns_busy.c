@@ -21,7 +21,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 
 struct pma_ns_state {
 	char *absent; /* why there are no regions, or NULL */

@@ -14,7 +14,7 @@
 
 #include <json-c/json.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 

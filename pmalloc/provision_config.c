@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 

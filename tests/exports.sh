@@ -19,7 +19,7 @@ if [ ! -f "$B/libpmalloc.so.0" ]; then
 fi
 
 # The library, its headers (the part of include/ it implements).
-LIBS="libpmalloc.so.0:include/pmalloc.h,include/pmctl.h
+LIBS="libpmalloc.so.0:include/pmalloc.h,include/pmalloc_ns.h
 libpmckpt.so.0:include/pmckpt.h
 libddio.so.0:include/ddio.h"
 # Internals a library may export to its sibling, as name@@NODE: none (libpmckpt
