@@ -73,7 +73,7 @@ pma_prov_spec_get(const struct pma_prov_spec *s, size_t i)
 }
 
 int
-pmns__spec_init_allowed(const struct pma_prov_spec *s, const char *r)
+pma_ns__spec_init_allowed(const struct pma_prov_spec *s, const char *r)
 {
 	if (s->init_all)
 		return 1;
