@@ -76,7 +76,7 @@ FORCE:
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
-           -Iinclude $(DEP_CFLAGS) $(SANFLAGS)
+           -Iinclude -Icommon $(DEP_CFLAGS) $(SANFLAGS)
 LDFLAGS += -pthread $(SANFLAGS)
 LDLIBS  += $(DEP_LIBS)
 
@@ -87,15 +87,17 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90 (Hopper) code plus PTX for later GPUs to compile at load time.
 NVCCFLAGS ?= -O2 -g -std=c++17 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-NVCCFLAGS += -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(foreach f,$(SANFLAGS),-Xcompiler $(f))
+NVCCFLAGS += -Iinclude -Icommon -Xcompiler -fPIC,-Wall,-Wextra,-Werror $(foreach f,$(SANFLAGS),-Xcompiler $(f))
 
 # MPI: libpmckpt_mpi (collectives over MPI) when mpicc is found, MPI=1 requires it, MPI=0 leaves it out.
 MPICC   ?= $(FOUND_MPICC)
 MPI     ?= $(if $(MPICC),1,0)
 
-PMALLOC_SRC := $(wildcard pmalloc/*.c)
-DDIO_SRC    := $(wildcard ddio/*.c)
-RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c))
+# common/: helpers compiled into every library that needs them (error messages).
+COMMON_SRC  := common/errmsg.c
+PMALLOC_SRC := $(wildcard pmalloc/*.c) $(COMMON_SRC)
+DDIO_SRC    := $(wildcard ddio/*.c) $(COMMON_SRC)
+RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON_SRC)
 TOOL_SRC    := $(wildcard tools/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
 TEST_SRC    := $(wildcard tests/*.c)
@@ -155,7 +157,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h $(FLAGS_STAMP)
+$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h common/errmsg.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
@@ -295,7 +297,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 include/pmalloc.h include/pmckpt.h $(DESTDIR)$(INCDIR)
-	install -m 644 include/pmctl.h $(DESTDIR)$(INCDIR)
+	install -m 644 include/pmalloc_ns.h include/pmctl.h $(DESTDIR)$(INCDIR)
 	install -m 644 include/ddio.h $(DESTDIR)$(INCDIR)
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
 ifneq ($(SHARED),0)

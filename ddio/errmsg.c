@@ -1,11 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* errmsg.c -- libddio's thread-local last-error message (pmem2_errormsg style). */
-#include <stdarg.h>
-#include <stdio.h>
-
+/* errmsg.c -- libddio's thread-local last-error message (ddio_errormsg()). */
 #include "internal.h"
-
-#define ERRMSG_MAX 512
+#include "errmsg.h"
 
 static _Thread_local char last_error[ERRMSG_MAX];
 
@@ -21,7 +17,7 @@ ddio__err(int code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	errmsg_vset(last_error, code, fmt, ap);
 	va_end(ap);
 	return code;
 }

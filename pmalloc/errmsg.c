@@ -1,13 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* errmsg.c -- thread-local error messages (pmem2_errormsg style). */
-#include <stdarg.h>
-#include <stdio.h>
-#include <string.h>
-
+/*
+ * errmsg.c -- libpmalloc's thread-local last-error message: the buffer
+ * pma_errormsg() returns (and pmck_errormsg(): libpmckpt writes into it too).
+ */
 #include "pmalloc.h"
 #include "errmsg.h"
-
-#define ERRMSG_MAX 512
 
 static _Thread_local char last_error[ERRMSG_MAX];
 
@@ -23,7 +20,7 @@ pma__err(int code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	errmsg_vset(last_error, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -31,16 +28,10 @@ pma__err(int code, const char *fmt, ...)
 int
 pma__err_prefix(int code, const char *fmt, ...)
 {
-	char old[ERRMSG_MAX];
 	va_list ap;
-	int len;
 
-	memcpy(old, last_error, sizeof(old));
 	va_start(ap, fmt);
-	len = vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	errmsg_vprefix(last_error, code, fmt, ap);
 	va_end(ap);
-	if (len >= 0 && (size_t)len < sizeof(last_error))
-		snprintf(last_error + len, sizeof(last_error) - (size_t)len, ": %.*s",
-				(int)(sizeof(last_error) - (size_t)len), old);
 	return code;
 }

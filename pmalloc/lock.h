@@ -9,6 +9,6 @@
  * pids, or -errno.  Internal to libpmalloc.
  */
 int pma__lock(int fd, const char *path, int exclusive)
-	__attribute__((visibility("hidden"))); /* pmalloc.sym's pma_* would export it */
+	__attribute__((visibility("hidden")));
 
 #endif

@@ -19,7 +19,7 @@
 #include <ndctl/libndctl.h>
 #include <linux/ndctl.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -52,11 +52,11 @@ log_daxctl(struct daxctl_ctx *ctx, int priority, const char *file, int line, con
 		capture(format, args);
 }
 
-const char *pmns__lib_msg(void) { return lib_msg; }
-void pmns__lib_msg_clear(void) { lib_msg[0] = '\0'; }
+const char *pma_ns__lib_msg(void) { return lib_msg; }
+void pma_ns__lib_msg_clear(void) { lib_msg[0] = '\0'; }
 
 int
-pmns__err_lib(int code, const char *fmt, ...)
+pma_ns__err_lib(int code, const char *fmt, ...)
 {
 	char buf[512];
 	va_list ap;
@@ -70,7 +70,7 @@ pmns__err_lib(int code, const char *fmt, ...)
 }
 
 int
-pmns__ctx_new(struct ndctl_ctx **out)
+pma_ns__ctx_new(struct ndctl_ctx **out)
 {
 	struct ndctl_ctx *ctx = NULL;
 	int rc = ndctl_new(&ctx);
@@ -82,13 +82,13 @@ pmns__ctx_new(struct ndctl_ctx **out)
 	struct daxctl_ctx *dctx = ndctl_get_daxctl_ctx(ctx);
 	if (dctx)
 		daxctl_set_log_fn(dctx, log_daxctl);
-	pmns__lib_msg_clear();
+	pma_ns__lib_msg_clear();
 	*out = ctx;
 	return 0;
 }
 
 void
-pmns__ctx_free(struct ndctl_ctx **ctx)
+pma_ns__ctx_free(struct ndctl_ctx **ctx)
 {
 	if (ctx && *ctx) {
 		ndctl_unref(*ctx);
@@ -204,8 +204,8 @@ add_daxdev(struct pma_ns_state *s, struct daxctl_dev *dev, const char *region,
 	d.target_node = daxctl_dev_get_target_node(dev);
 	d.mode = daxctl_dev_get_memory(dev) && daxctl_dev_has_online_memory(dev) ?
 			"system-ram" : "devdax";
-	d.in_use = pmns__dev_in_use(path) == 1;
-	return pmns__add_dax(s, &d);
+	d.in_use = pma_ns__dev_in_use(path) == 1;
+	return pma_ns__add_dax(s, &d);
 }
 
 static int
@@ -262,12 +262,12 @@ add_namespace(struct pma_ns_state *s, struct ndctl_namespace *ndns, const char *
 		n.blockdev = NULL;
 	if (n.chardev) {
 		snprintf(path, sizeof(path), "/dev/%s", n.chardev);
-		n.in_use = pmns__dev_in_use(path) == 1;
+		n.in_use = pma_ns__dev_in_use(path) == 1;
 	} else if (n.blockdev) {
 		snprintf(path, sizeof(path), "/dev/%s", n.blockdev);
-		n.in_use = pmns__dev_in_use(path) == 1;
+		n.in_use = pma_ns__dev_in_use(path) == 1;
 	}
-	rc = pmns__add_ns(s, &n);
+	rc = pma_ns__add_ns(s, &n);
 	if (rc)
 		return rc;
 	if (dregion) {
@@ -307,7 +307,7 @@ add_region(struct pma_ns_state *s, struct ndctl_region *region, const char *bus)
 	r.labels = region_labels(region);
 	r.enabled = ndctl_region_is_enabled(region) > 0;
 	r.readonly = ndctl_region_get_ro(region) > 0;
-	rc = pmns__add_region(s, &r);
+	rc = pma_ns__add_region(s, &r);
 	if (rc)
 		return rc;
 	const char *rname = s->reg[s->nreg - 1].dev;
@@ -320,7 +320,7 @@ add_region(struct pma_ns_state *s, struct ndctl_region *region, const char *bus)
 }
 
 int
-pmns__state_fill(struct ndctl_ctx *ctx, struct pma_ns_state *s)
+pma_ns__state_fill(struct ndctl_ctx *ctx, struct pma_ns_state *s)
 {
 	struct ndctl_bus *bus;
 	struct ndctl_region *region;
@@ -329,7 +329,7 @@ pmns__state_fill(struct ndctl_ctx *ctx, struct pma_ns_state *s)
 	int rc;
 
 	if (access("/sys/bus/nd", F_OK) != 0) {
-		rc = pmns__set_absent(s, "no NVDIMM support: the libnvdimm driver is not loaded "
+		rc = pma_ns__set_absent(s, "no NVDIMM support: the libnvdimm driver is not loaded "
 				"(no /sys/bus/nd), so this machine shows no persistent memory");
 		if (rc)
 			return rc;
@@ -339,7 +339,7 @@ pmns__state_fill(struct ndctl_ctx *ctx, struct pma_ns_state *s)
 			.dev = ndctl_bus_get_devname(bus),
 			.provider = ndctl_bus_get_provider(bus),
 		};
-		rc = pmns__add_bus(s, &b);
+		rc = pma_ns__add_bus(s, &b);
 		if (rc)
 			return rc;
 		const char *bname = s->bus[s->nbus - 1].dev;
@@ -358,7 +358,7 @@ pmns__state_fill(struct ndctl_ctx *ctx, struct pma_ns_state *s)
 				if (rc)
 					return rc;
 			}
-	return pmns__finish(s);
+	return pma_ns__finish(s);
 }
 
 int
@@ -371,13 +371,13 @@ pma_ns_state_read(struct pma_ns_state **out)
 	if (!out)
 		return pma__err(-EINVAL, "pma_ns_state_read: out is required");
 	*out = NULL;
-	rc = pmns__state_new(&s);
+	rc = pma_ns__state_new(&s);
 	if (rc)
 		return rc;
-	rc = pmns__ctx_new(&ctx);
+	rc = pma_ns__ctx_new(&ctx);
 	if (rc == 0)
-		rc = pmns__state_fill(ctx, s);
-	pmns__ctx_free(&ctx);
+		rc = pma_ns__state_fill(ctx, s);
+	pma_ns__ctx_free(&ctx);
 	if (rc) {
 		pma_ns_state_free(&s);
 		return rc;

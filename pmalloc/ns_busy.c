@@ -21,7 +21,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -122,7 +122,7 @@ held(dev_t rdev)
 }
 
 int
-pmns__dev_in_use(const char *path)
+pma_ns__dev_in_use(const char *path)
 {
 	struct stat st;
 	struct dirent *e;
@@ -150,7 +150,7 @@ pmns__dev_in_use(const char *path)
 }
 
 int
-pmns__dax_holds_pool(const char *path, uint64_t align)
+pma_ns__dax_holds_pool(const char *path, uint64_t align)
 {
 	size_t len = align ? (size_t)align : (size_t)2 << 20;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -23,7 +23,7 @@
 #include <ndctl/libndctl.h>
 #include <linux/ndctl.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -122,7 +122,7 @@ check_unused(struct ndctl_namespace *ndns)
 	if (!node[0])
 		return 0;
 	snprintf(path, sizeof(path), "/dev/%s", node);
-	int rc = pmns__dev_in_use(path);
+	int rc = pma_ns__dev_in_use(path);
 	if (rc == 1)
 		return pma__err(-EBUSY, "%s (%s) is in use: a process has it open or mapped, or it "
 				"is mounted; stop that first", devname, path);
@@ -149,7 +149,7 @@ zero_info_block(struct ndctl_namespace *ndns)
 	ndctl_namespace_set_raw_mode(ndns, 1);
 	rc = ndctl_namespace_enable(ndns);
 	if (rc < 0) {
-		rc = pmns__err_lib(-ENXIO, "%s: cannot enable in raw mode to clear its info block",
+		rc = pma_ns__err_lib(-ENXIO, "%s: cannot enable in raw mode to clear its info block",
 				devname);
 		goto out;
 	}
@@ -197,10 +197,10 @@ prepare(struct ndctl_namespace *ndns)
 				ndctl_region_get_devname(region));
 	if ((rc = check_unused(ndns)))
 		return rc;
-	pmns__lib_msg_clear();
+	pma_ns__lib_msg_clear();
 	rc = ndctl_namespace_disable_safe(ndns);
 	if (rc < 0)
-		return pmns__err_lib(rc == -EBUSY ? -EBUSY : -ENXIO, "%s: cannot disable it",
+		return pma_ns__err_lib(rc == -EBUSY ? -EBUSY : -ENXIO, "%s: cannot disable it",
 				devname);
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
 	return zero_info_block(ndns);
@@ -218,7 +218,7 @@ setup_devdax(struct ndctl_region *region, struct ndctl_namespace *ndns, uint64_t
 	int rc;
 
 	if (!dax)
-		return pmns__err_lib(-ENODEV, "%s: the kernel offers no devdax device on %s (is "
+		return pma_ns__err_lib(-ENODEV, "%s: the kernel offers no devdax device on %s (is "
 				"dax_pmem loaded?)", devname, ndctl_region_get_devname(region));
 	if (res != ULLONG_MAX && res % SZ_16M)
 		return pma__err(-EINVAL, "%s: starts at %#llx, not 16 MiB aligned: devdax would be "
@@ -227,18 +227,18 @@ setup_devdax(struct ndctl_region *region, struct ndctl_namespace *ndns, uint64_t
 		return rc;
 	/* Not checked, as in ndctl: kernels before 4.13 lack the attribute. */
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_DEVDAX);
-	pmns__lib_msg_clear();
+	pma_ns__lib_msg_clear();
 	if ((rc = ndctl_dax_set_uuid(dax, uu)) ||
 			(rc = ndctl_dax_set_location(dax, NDCTL_PFN_LOC_PMEM)) ||
 			(rc = ndctl_dax_set_align(dax, (unsigned long)align)) ||
 			(rc = ndctl_dax_set_namespace(dax, ndns)))
-		return pmns__err_lib(rc == -EACCES || rc == -EPERM ? rc : -ENXIO, "%s: setting up "
+		return pma_ns__err_lib(rc == -EACCES || rc == -EPERM ? rc : -ENXIO, "%s: setting up "
 				"its devdax claim (align %llu): %s", devname,
 				(unsigned long long)align, strerror(-rc));
 	rc = ndctl_dax_enable(dax);
 	if (rc) {
 		ndctl_dax_set_namespace(dax, NULL);
-		return pmns__err_lib(-ENXIO, "%s: enabling devdax failed: %s", devname,
+		return pma_ns__err_lib(-ENXIO, "%s: enabling devdax failed: %s", devname,
 				strerror(rc < 0 ? -rc : EIO));
 	}
 	dax_chardev(dax, chardev);
@@ -246,7 +246,7 @@ setup_devdax(struct ndctl_region *region, struct ndctl_namespace *ndns, uint64_t
 }
 
 int
-pmns__create(struct ndctl_ctx *ctx, const char *rname, const char *name, uint64_t size,
+pma_ns__create(struct ndctl_ctx *ctx, const char *rname, const char *name, uint64_t size,
 		uint64_t align, char *dev, char *chardev)
 {
 	struct ndctl_region *region = find_region(ctx, rname);
@@ -276,15 +276,15 @@ pmns__create(struct ndctl_ctx *ctx, const char *rname, const char *name, uint64_
 	if (!seed)
 		seed = ndctl_region_get_namespace_seed(region);
 	if (!seed || !ndctl_namespace_is_configuration_idle(seed))
-		return pmns__err_lib(-ENOSPC, "%s offers no idle namespace to configure", rname);
+		return pma_ns__err_lib(-ENOSPC, "%s offers no idle namespace to configure", rname);
 	ndns = seed;
 	if ((rc = random_uuid(uu)))
 		return rc;
-	pmns__lib_msg_clear();
+	pma_ns__lib_msg_clear();
 	if ((rc = ndctl_namespace_set_uuid(ndns, uu)) ||
 			(rc = ndctl_namespace_set_alt_name(ndns, name)) ||
 			(rc = ndctl_namespace_set_size(ndns, size))) {
-		rc = pmns__err_lib(rc == -EACCES || rc == -EPERM ? rc : -ENXIO, "%s: configuring "
+		rc = pma_ns__err_lib(rc == -EACCES || rc == -EPERM ? rc : -ENXIO, "%s: configuring "
 				"%s (%s, %llu bytes): %s", rname, ndctl_namespace_get_devname(ndns),
 				name, (unsigned long long)size, strerror(-rc));
 		goto undo;
@@ -303,7 +303,7 @@ undo:
 }
 
 int
-pmns__reconfigure(struct ndctl_ctx *ctx, const char *nsdev, const char *name, uint64_t align,
+pma_ns__reconfigure(struct ndctl_ctx *ctx, const char *nsdev, const char *name, uint64_t align,
 		char *chardev)
 {
 	struct ndctl_namespace *ndns = find_namespace(ctx, nsdev);
@@ -315,16 +315,16 @@ pmns__reconfigure(struct ndctl_ctx *ctx, const char *nsdev, const char *name, ui
 	if ((rc = prepare(ndns)))
 		return rc;
 	if (name && ndctl_namespace_get_type(ndns) != ND_DEVICE_NAMESPACE_IO) {
-		pmns__lib_msg_clear();
+		pma_ns__lib_msg_clear();
 		rc = ndctl_namespace_set_alt_name(ndns, name);
 		if (rc)
-			return pmns__err_lib(-ENXIO, "%s: naming it %s: %s", nsdev, name, strerror(-rc));
+			return pma_ns__err_lib(-ENXIO, "%s: naming it %s: %s", nsdev, name, strerror(-rc));
 	}
 	return setup_devdax(region, ndns, align, chardev);
 }
 
 int
-pmns__destroy(struct ndctl_ctx *ctx, const char *nsdev)
+pma_ns__destroy(struct ndctl_ctx *ctx, const char *nsdev)
 {
 	struct ndctl_namespace *ndns = find_namespace(ctx, nsdev);
 	int rc;
@@ -335,16 +335,16 @@ pmns__destroy(struct ndctl_ctx *ctx, const char *nsdev)
 		return rc;
 	/* A labelled namespace gives its capacity back; a label-less one stays, raw. */
 	if (ndctl_namespace_get_type(ndns) != ND_DEVICE_NAMESPACE_IO) {
-		pmns__lib_msg_clear();
+		pma_ns__lib_msg_clear();
 		rc = ndctl_namespace_delete(ndns);
 		if (rc)
-			return pmns__err_lib(-ENXIO, "%s: deleting it: %s", nsdev, strerror(-rc));
+			return pma_ns__err_lib(-ENXIO, "%s: deleting it: %s", nsdev, strerror(-rc));
 	}
 	return 0;
 }
 
 int
-pmns__init_labels(struct ndctl_ctx *ctx, const char *rname)
+pma_ns__init_labels(struct ndctl_ctx *ctx, const char *rname)
 {
 	struct ndctl_region *region = find_region(ctx, rname);
 	struct ndctl_namespace *ndns;
@@ -370,10 +370,10 @@ pmns__init_labels(struct ndctl_ctx *ctx, const char *rname)
 	ndctl_namespace_foreach(region, ndns)
 		if ((rc = check_unused(ndns)))
 			return rc;
-	pmns__lib_msg_clear();
+	pma_ns__lib_msg_clear();
 	rc = ndctl_region_disable_invalidate(region);
 	if (rc)
-		return pmns__err_lib(rc == -EBUSY ? -EBUSY : -ENXIO, "%s: cannot disable it to "
+		return pma_ns__err_lib(rc == -EBUSY ? -EBUSY : -ENXIO, "%s: cannot disable it to "
 				"write labels", rname);
 	ndctl_dimm_foreach_in_region(region, dimm)
 		if (ndctl_dimm_is_active(dimm)) {
@@ -387,14 +387,14 @@ retry:
 	ndctl_dimm_foreach_in_region(region, dimm) {
 		struct ndctl_cmd *cmd = ndctl_dimm_read_label_index(dimm);
 		if (!cmd) {
-			rc = pmns__err_lib(-ENXIO, "%s: reading the label index of %s failed", rname,
+			rc = pma_ns__err_lib(-ENXIO, "%s: reading the label index of %s failed", rname,
 					ndctl_dimm_get_devname(dimm));
 			break;
 		}
 		int nlabels = ndctl_dimm_init_labels(dimm, v);
 		ndctl_cmd_unref(cmd);
 		if (nlabels < 0) {
-			rc = pmns__err_lib(-ENXIO, "%s: writing the labels of %s failed", rname,
+			rc = pma_ns__err_lib(-ENXIO, "%s: writing the labels of %s failed", rname,
 					ndctl_dimm_get_devname(dimm));
 			break;
 		}
@@ -411,7 +411,7 @@ retry:
 	if (rc)
 		return rc;
 	if (erc || ndctl_region_get_nstype(region) != ND_DEVICE_NAMESPACE_PMEM)
-		return pmns__err_lib(-ENXIO, "%s: labels written but the region is not labelled "
+		return pma_ns__err_lib(-ENXIO, "%s: labels written but the region is not labelled "
 				"after re-enabling it", rname);
 	return 0;
 }

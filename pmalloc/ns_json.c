@@ -14,7 +14,7 @@
 
 #include <json-c/json.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -372,7 +372,7 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 	const char *st = get_str(jr, "state");
 	r.enabled = !(st && strcmp(st, "disabled") == 0);
 	r.readonly = get_bool(jr, "ro", 0);
-	int rc = in->err ? in->err : pmns__add_region(s, &r);
+	int rc = in->err ? in->err : pma_ns__add_region(s, &r);
 	json_object *nss = get_array(jr, "namespaces");
 	for (size_t i = 0; !rc && nss && i < json_object_array_length(nss); i++) {
 		json_object *jn = json_object_array_get_idx(nss, i);
@@ -394,7 +394,7 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 		st = get_str(jn, "state");
 		n.enabled = !(st && strcmp(st, "disabled") == 0);
 		n.in_use = get_bool(jn, "in_use", 0);
-		rc = in->err ? in->err : pmns__add_ns(s, &n);
+		rc = in->err ? in->err : pma_ns__add_ns(s, &n);
 	}
 	in->where = outer;
 	return rc;
@@ -421,7 +421,7 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 		json_object_put(root);
 		return pma__err(-EINVAL, "not a pmctl listing: expected an object with \"buses\"");
 	}
-	rc = pmns__state_new(&s);
+	rc = pma_ns__state_new(&s);
 	for (size_t b = 0; !rc && b < json_object_array_length(buses); b++) {
 		json_object *jb = json_object_array_get_idx(buses, b);
 		struct pma_ns_bus_info bi = {0};
@@ -436,7 +436,7 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 			snprintf(fallback, sizeof(fallback), "ndbus%zu", b);
 			bi.dev = fallback;
 		}
-		rc = pmns__add_bus(s, &bi);
+		rc = pma_ns__add_bus(s, &bi);
 		const char *bname = rc ? NULL : s->bus[s->nbus - 1].dev;
 		json_object *regs = get_array(jb, "regions");
 		for (size_t r = 0; !rc && regs && r < json_object_array_length(regs); r++)
@@ -465,11 +465,11 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 		d.region = get_str(jd, "region");
 		d.namespace = get_str(jd, "namespace");
 		d.in_use = get_bool(jd, "in_use", 0);
-		rc = in.err ? in.err : pmns__add_dax(s, &d);
+		rc = in.err ? in.err : pma_ns__add_dax(s, &d);
 	}
 	json_object_put(root);
 	if (!rc)
-		rc = pmns__finish(s);
+		rc = pma_ns__finish(s);
 	if (rc) {
 		pma_ns_state_free(&s);
 		return rc;

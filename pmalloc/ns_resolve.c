@@ -12,14 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
 static int
 node_of(const struct pma_ns_state *s, const struct pma_ns_info *n)
 {
-	const struct pma_ns_region_info *r = pmns__region(s, n->region);
+	const struct pma_ns_region_info *r = pma_ns__region(s, n->region);
 
 	if (r && r->numa_node >= 0)
 		return r->numa_node;
@@ -73,7 +73,7 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 		return put_path(d->dev, path, len);
 	}
 	/* A namespace, named by its device. */
-	const struct pma_ns_info *n = pmns__namespace(s, sel);
+	const struct pma_ns_info *n = pma_ns__namespace(s, sel);
 	if (n) {
 		if (n->mode != PMA_NS_MODE_DEVDAX || !n->chardev)
 			return pma__err(-ENOENT, "%s is %s, not devdax: no /dev/dax device to open",
@@ -84,7 +84,7 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 		return put_path(n->chardev, path, len);
 	}
 	/* A region: its only devdax namespace. */
-	int by_region = pmns__region(s, sel) != NULL;
+	int by_region = pma_ns__region(s, sel) != NULL;
 	for (size_t i = 0; i < s->nns; i++) {
 		n = &s->ns[i];
 		if (by_region ? strcmp(n->region, sel) != 0 : (!n->name || strcmp(n->name, sel) != 0))

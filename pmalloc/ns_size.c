@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 
 int

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -38,7 +38,7 @@ pma_ns_labels_name(enum pma_ns_labels l)
 }
 
 int
-pmns__state_new(struct pma_ns_state **out)
+pma_ns__state_new(struct pma_ns_state **out)
 {
 	*out = calloc(1, sizeof(**out));
 	if (!*out)
@@ -66,7 +66,7 @@ pma_ns_state_free(struct pma_ns_state **sp)
 }
 
 const char *
-pmns__str(struct pma_ns_state *s, const char *v)
+pma_ns__str(struct pma_ns_state *s, const char *v)
 {
 	if (!v)
 		return NULL;
@@ -105,64 +105,64 @@ grow(void **arr, size_t *n, size_t *cap, size_t size)
 }
 
 int
-pmns__add_bus(struct pma_ns_state *s, const struct pma_ns_bus_info *b)
+pma_ns__add_bus(struct pma_ns_state *s, const struct pma_ns_bus_info *b)
 {
 	if (grow((void **)&s->bus, &s->nbus, &s->capbus, sizeof(*b)))
 		return -ENOMEM;
 	struct pma_ns_bus_info *d = &s->bus[s->nbus++];
 	*d = *b;
-	d->dev = pmns__str(s, b->dev);
-	d->provider = pmns__str(s, b->provider);
+	d->dev = pma_ns__str(s, b->dev);
+	d->provider = pma_ns__str(s, b->provider);
 	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
-pmns__add_region(struct pma_ns_state *s, const struct pma_ns_region_info *r)
+pma_ns__add_region(struct pma_ns_state *s, const struct pma_ns_region_info *r)
 {
 	if (grow((void **)&s->reg, &s->nreg, &s->capreg, sizeof(*r)))
 		return -ENOMEM;
 	struct pma_ns_region_info *d = &s->reg[s->nreg++];
 	*d = *r;
-	d->dev = pmns__str(s, r->dev);
-	d->bus = pmns__str(s, r->bus);
-	d->type = pmns__str(s, r->type);
-	d->persistence_domain = pmns__str(s, r->persistence_domain);
+	d->dev = pma_ns__str(s, r->dev);
+	d->bus = pma_ns__str(s, r->bus);
+	d->type = pma_ns__str(s, r->type);
+	d->persistence_domain = pma_ns__str(s, r->persistence_domain);
 	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
-pmns__add_ns(struct pma_ns_state *s, const struct pma_ns_info *n)
+pma_ns__add_ns(struct pma_ns_state *s, const struct pma_ns_info *n)
 {
 	if (grow((void **)&s->ns, &s->nns, &s->capns, sizeof(*n)))
 		return -ENOMEM;
 	struct pma_ns_info *d = &s->ns[s->nns++];
 	*d = *n;
-	d->dev = pmns__str(s, n->dev);
-	d->region = pmns__str(s, n->region);
-	d->uuid = pmns__str(s, n->uuid);
-	d->name = pmns__str(s, n->name);
-	d->chardev = pmns__str(s, n->chardev);
-	d->blockdev = pmns__str(s, n->blockdev);
+	d->dev = pma_ns__str(s, n->dev);
+	d->region = pma_ns__str(s, n->region);
+	d->uuid = pma_ns__str(s, n->uuid);
+	d->name = pma_ns__str(s, n->name);
+	d->chardev = pma_ns__str(s, n->chardev);
+	d->blockdev = pma_ns__str(s, n->blockdev);
 	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
-pmns__add_dax(struct pma_ns_state *s, const struct pma_ns_dax_info *x)
+pma_ns__add_dax(struct pma_ns_state *s, const struct pma_ns_dax_info *x)
 {
 	if (grow((void **)&s->dax, &s->ndax, &s->capdax, sizeof(*x)))
 		return -ENOMEM;
 	struct pma_ns_dax_info *d = &s->dax[s->ndax++];
 	*d = *x;
-	d->dev = pmns__str(s, x->dev);
-	d->path = pmns__str(s, x->path);
-	d->region = pmns__str(s, x->region);
-	d->namespace = pmns__str(s, x->namespace);
-	d->mode = pmns__str(s, x->mode);
+	d->dev = pma_ns__str(s, x->dev);
+	d->path = pma_ns__str(s, x->path);
+	d->region = pma_ns__str(s, x->region);
+	d->namespace = pma_ns__str(s, x->namespace);
+	d->mode = pma_ns__str(s, x->mode);
 	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
-pmns__set_absent(struct pma_ns_state *s, const char *why)
+pma_ns__set_absent(struct pma_ns_state *s, const char *why)
 {
 	free(s->absent);
 	s->absent = why ? strdup(why) : NULL;
@@ -172,7 +172,7 @@ pmns__set_absent(struct pma_ns_state *s, const char *why)
 }
 
 int
-pmns__devcmp(const char *a, const char *b)
+pma_ns__devcmp(const char *a, const char *b)
 {
 	if (!a || !b)
 		return a ? 1 : b ? -1 : 0;
@@ -196,27 +196,27 @@ pmns__devcmp(const char *a, const char *b)
 
 static int cmp_bus(const void *x, const void *y)
 {
-	return pmns__devcmp(((const struct pma_ns_bus_info *)x)->dev,
+	return pma_ns__devcmp(((const struct pma_ns_bus_info *)x)->dev,
 			((const struct pma_ns_bus_info *)y)->dev);
 }
 static int cmp_reg(const void *x, const void *y)
 {
-	return pmns__devcmp(((const struct pma_ns_region_info *)x)->dev,
+	return pma_ns__devcmp(((const struct pma_ns_region_info *)x)->dev,
 			((const struct pma_ns_region_info *)y)->dev);
 }
 static int cmp_ns(const void *x, const void *y)
 {
-	return pmns__devcmp(((const struct pma_ns_info *)x)->dev,
+	return pma_ns__devcmp(((const struct pma_ns_info *)x)->dev,
 			((const struct pma_ns_info *)y)->dev);
 }
 static int cmp_dax(const void *x, const void *y)
 {
-	return pmns__devcmp(((const struct pma_ns_dax_info *)x)->dev,
+	return pma_ns__devcmp(((const struct pma_ns_dax_info *)x)->dev,
 			((const struct pma_ns_dax_info *)y)->dev);
 }
 
 int
-pmns__finish(struct pma_ns_state *s)
+pma_ns__finish(struct pma_ns_state *s)
 {
 	if (s->oom)
 		return pma__err(-ENOMEM, "out of memory");
@@ -229,16 +229,16 @@ pmns__finish(struct pma_ns_state *s)
 	if (s->ndax)
 		qsort(s->dax, s->ndax, sizeof(*s->dax), cmp_dax);
 	if (!s->nreg && !s->absent)
-		return pmns__set_absent(s, s->nbus ?
+		return pma_ns__set_absent(s, s->nbus ?
 				"the NVDIMM buses have no regions (no persistent memory configured)" :
 				"no NVDIMM bus: this machine has no persistent memory visible to Linux");
 	if (s->nreg)
-		return pmns__set_absent(s, NULL);
+		return pma_ns__set_absent(s, NULL);
 	return 0;
 }
 
 const struct pma_ns_region_info *
-pmns__region(const struct pma_ns_state *s, const char *dev)
+pma_ns__region(const struct pma_ns_state *s, const char *dev)
 {
 	for (size_t i = 0; dev && i < s->nreg; i++)
 		if (s->reg[i].dev && strcmp(s->reg[i].dev, dev) == 0)
@@ -247,7 +247,7 @@ pmns__region(const struct pma_ns_state *s, const char *dev)
 }
 
 const struct pma_ns_info *
-pmns__namespace(const struct pma_ns_state *s, const char *dev)
+pma_ns__namespace(const struct pma_ns_state *s, const char *dev)
 {
 	for (size_t i = 0; dev && i < s->nns; i++)
 		if (s->ns[i].dev && strcmp(s->ns[i].dev, dev) == 0)
@@ -256,13 +256,13 @@ pmns__namespace(const struct pma_ns_state *s, const char *dev)
 }
 
 const struct pma_ns_info *
-pmns__namespace_of_dev(const struct pma_ns_state *s, const char *dev)
+pma_ns__namespace_of_dev(const struct pma_ns_state *s, const char *dev)
 {
 	if (!dev)
 		return NULL;
 	if (strncmp(dev, "/dev/", 5) == 0)
 		dev += 5;
-	const struct pma_ns_info *n = pmns__namespace(s, dev);
+	const struct pma_ns_info *n = pma_ns__namespace(s, dev);
 	if (n)
 		return n;
 	for (size_t i = 0; i < s->nns; i++)

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -43,7 +43,7 @@ pma_prov_op_name(enum pma_prov_op op)
 }
 
 const char *
-pmns__plan_str(struct pma_prov_plan *p, const char *v)
+pma_ns__plan_str(struct pma_prov_plan *p, const char *v)
 {
 	if (!v)
 		return NULL;
@@ -150,10 +150,10 @@ add_action(struct planner *pl, const struct pma_prov_action *a, const char *fmt,
 	va_end(ap);
 	struct pma_prov_action *d = &p->act[p->n++];
 	*d = *a;
-	d->name = pmns__plan_str(p, a->name);
-	d->region = pmns__plan_str(p, a->region);
-	d->dev = pmns__plan_str(p, a->dev);
-	d->what = pmns__plan_str(p, what);
+	d->name = pma_ns__plan_str(p, a->name);
+	d->region = pma_ns__plan_str(p, a->region);
+	d->dev = pma_ns__plan_str(p, a->dev);
+	d->what = pma_ns__plan_str(p, what);
 	d->done = 0;
 	d->result_dev = d->result_chardev = NULL;
 	return p->oom ? pma__err(-ENOMEM, "out of memory") : 0;
@@ -236,13 +236,13 @@ check_place(const struct pma_prov_ns *e, const struct pma_ns_info *n,
 static int
 plan_dev(struct planner *pl, const struct pma_prov_ns *e)
 {
-	const struct pma_ns_info *n = pmns__namespace_of_dev(pl->cur, e->dev);
+	const struct pma_ns_info *n = pma_ns__namespace_of_dev(pl->cur, e->dev);
 	char b1[32], b2[32];
 	int rc;
 
 	if (!n)
 		return pma__err(-ENOENT, "%s: no namespace %s on this node", label(e), e->dev);
-	const struct pma_ns_region_info *r = pmns__region(pl->cur, n->region);
+	const struct pma_ns_region_info *r = pma_ns__region(pl->cur, n->region);
 	struct booking *bk = booking_of(pl, n->region);
 	if ((rc = check_place(e, n, r)))
 		return rc;
@@ -315,7 +315,7 @@ plan_named(struct planner *pl, const struct pma_prov_ns *e)
 		const struct pma_ns_info *n = &pl->cur->ns[i];
 		if (!n->name || strcmp(n->name, e->name) != 0)
 			continue;
-		if (!place_ok(e, n, pmns__region(pl->cur, n->region))) {
+		if (!place_ok(e, n, pma_ns__region(pl->cur, n->region))) {
 			elsewhere = n;
 			continue;
 		}
@@ -327,7 +327,7 @@ plan_named(struct planner *pl, const struct pma_prov_ns *e)
 	}
 	if (!match && elsewhere)
 		/* A namespace of that name where the description does not allow it. */
-		return check_place(e, elsewhere, pmns__region(pl->cur, elsewhere->region));
+		return check_place(e, elsewhere, pma_ns__region(pl->cur, elsewhere->region));
 	if (!match)
 		return 0;
 	if (pl->flags & PMA_NS_EXCLUSIVE)
@@ -388,7 +388,7 @@ fits(struct planner *pl, const struct pma_prov_ns *e, struct booking *bk, uint64
 				"which cannot be named or divided; describe it with "
 				"dev=namespace0.0 and no name", label(e), r->dev);
 	if (bk->labels == PMA_NS_LABELS_UNINITIALIZED) {
-		if (!(pl->flags & PMA_NS_INIT_LABELS) && !pmns__spec_init_allowed(pl->want, r->dev))
+		if (!(pl->flags & PMA_NS_INIT_LABELS) && !pma_ns__spec_init_allowed(pl->want, r->dev))
 			return quiet ? -ENODEV : pma__err(PMA_E_CONFLICT, "%s: %s has no namespace "
 					"labels yet (label-less), and named namespaces need them: "
 					"allow init-labels for it (pmctl provision --init-labels)",

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -23,7 +23,7 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 		return pma__err(-EINVAL, "pma_prov_plan_apply: plan is required");
 	if (pma_prov_plan_changes(p) == 0)
 		return 0;
-	if ((rc = pmns__ctx_new(&ctx)))
+	if ((rc = pma_ns__ctx_new(&ctx)))
 		return rc;
 	for (size_t i = 0; i < p->n && !rc; i++) {
 		struct pma_prov_action *a = &p->act[i];
@@ -33,13 +33,13 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 			continue;
 		switch (a->op) {
 		case PMA_PROV_INIT_LABELS:
-			rc = pmns__init_labels(ctx, a->region);
+			rc = pma_ns__init_labels(ctx, a->region);
 			break;
 		case PMA_PROV_CREATE:
-			rc = pmns__create(ctx, a->region, a->name, a->size, a->align, dev, chardev);
+			rc = pma_ns__create(ctx, a->region, a->name, a->size, a->align, dev, chardev);
 			break;
 		case PMA_PROV_RECONFIGURE:
-			rc = pmns__reconfigure(ctx, a->dev, a->name, a->align, chardev);
+			rc = pma_ns__reconfigure(ctx, a->dev, a->name, a->align, chardev);
 			snprintf(dev, sizeof(dev), "%s", a->dev);
 			break;
 		default:
@@ -50,12 +50,12 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 			break;
 		}
 		a->done = 1;
-		a->result_dev = pmns__plan_str(p, dev[0] ? dev : NULL);
-		a->result_chardev = pmns__plan_str(p, chardev[0] ? chardev : NULL);
+		a->result_dev = pma_ns__plan_str(p, dev[0] ? dev : NULL);
+		a->result_chardev = pma_ns__plan_str(p, chardev[0] ? chardev : NULL);
 		if (p->oom)
 			rc = pma__err(-ENOMEM, "out of memory");
 	}
-	pmns__ctx_free(&ctx);
+	pma_ns__ctx_free(&ctx);
 	return rc;
 }
 
@@ -63,7 +63,7 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 static int
 find_one(const struct pma_ns_state *s, const char *selector, const struct pma_ns_info **out)
 {
-	const struct pma_ns_info *n = pmns__namespace_of_dev(s, selector);
+	const struct pma_ns_info *n = pma_ns__namespace_of_dev(s, selector);
 	char list[256] = "";
 	size_t found = 0;
 
@@ -101,12 +101,12 @@ find_one(const struct pma_ns_state *s, const char *selector, const struct pma_ns
 static int
 read_with(struct ndctl_ctx **ctx, struct pma_ns_state **s)
 {
-	int rc = pmns__state_new(s);
+	int rc = pma_ns__state_new(s);
 
 	if (!rc)
-		rc = pmns__ctx_new(ctx);
+		rc = pma_ns__ctx_new(ctx);
 	if (!rc)
-		rc = pmns__state_fill(*ctx, *s);
+		rc = pma_ns__state_fill(*ctx, *s);
 	if (!rc && (*s)->nreg == 0)
 		rc = pma__err(-ENODEV, "%s", (*s)->absent);
 	return rc;
@@ -142,7 +142,7 @@ pma_ns_destroy(const char *selector, unsigned flags)
 		}
 		if (n->mode == PMA_NS_MODE_DEVDAX && n->chardev) {
 			snprintf(path, sizeof(path), "/dev/%s", n->chardev);
-			int pool = pmns__dax_holds_pool(path, n->align);
+			int pool = pma_ns__dax_holds_pool(path, n->align);
 			if (pool == 1) {
 				rc = pma__err(PMA_E_REFUSED, "%s (%s) holds a pmckpt pool: destroying "
 						"it loses every checkpoint in it; pass force to do "
@@ -157,10 +157,10 @@ pma_ns_destroy(const char *selector, unsigned flags)
 			}
 		}
 	}
-	rc = pmns__destroy(ctx, n->dev);
+	rc = pma_ns__destroy(ctx, n->dev);
 out:
 	pma_ns_state_free(&s);
-	pmns__ctx_free(&ctx);
+	pma_ns__ctx_free(&ctx);
 	return rc;
 }
 
@@ -186,7 +186,7 @@ converge(struct pma_prov_spec *spec, unsigned flags, char *chardev, size_t len)
 			pma_prov_plan_action(p, i, &a);
 			const char *c = a.result_chardev;
 			if (!c && a.op == PMA_PROV_KEEP) {
-				const struct pma_ns_info *n = pmns__namespace(s, a.dev);
+				const struct pma_ns_info *n = pma_ns__namespace(s, a.dev);
 				c = n ? n->chardev : NULL;
 			}
 			if (c && (a.op != PMA_PROV_UNMANAGED && a.op != PMA_PROV_INIT_LABELS)) {

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "errmsg.h"
 #include "ns_internal.h"
 
@@ -73,7 +73,7 @@ pma_prov_spec_get(const struct pma_prov_spec *s, size_t i)
 }
 
 int
-pmns__spec_init_allowed(const struct pma_prov_spec *s, const char *r)
+pma_ns__spec_init_allowed(const struct pma_prov_spec *s, const char *r)
 {
 	if (s->init_all)
 		return 1;

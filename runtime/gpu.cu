@@ -14,7 +14,7 @@
 
 extern "C" {
 #include "pmckpt.h"
-#include "../pmalloc/errmsg.h"
+#include "errmsg.h"
 #include "gpu.h"
 }
 
@@ -36,7 +36,7 @@ cuda_fail(cudaError_t e, const char *what)
 	int code = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
 			e == cudaErrorInvalidDevice || e == cudaErrorInitializationError ?
 			-ENODEV : -EIO;
-	return pma__err(code, "GPU path: %s failed: %s (%s)", what, cudaGetErrorName(e),
+	return pmck__err(code, "GPU path: %s failed: %s (%s)", what, cudaGetErrorName(e),
 			cudaGetErrorString(e));
 }
 
@@ -49,12 +49,12 @@ pmck_gpu_available(int device)
 	cudaError_t e = cudaGetDeviceCount(&n);
 
 	if (e != cudaSuccess)
-		return pma__err(-ENODEV, "GPU path unavailable: %s (%s)",
+		return pmck__err(-ENODEV, "GPU path unavailable: %s (%s)",
 				e == cudaErrorInsufficientDriver ? "no CUDA driver" :
 				e == cudaErrorNoDevice ? "no CUDA device" : cudaGetErrorName(e),
 				cudaGetErrorString(e));
 	if (device < 0 || device >= n)
-		return pma__err(-ENODEV, "GPU path unavailable: no CUDA device %d (%d present)", device, n);
+		return pmck__err(-ENODEV, "GPU path unavailable: no CUDA device %d (%d present)", device, n);
 	return 0;
 }
 
@@ -69,7 +69,7 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned
 		return ret;
 	struct pmck_gpu *g = (struct pmck_gpu *)calloc(1, sizeof(*g));
 	if (!g)
-		return pma__err(-ENOMEM, "out of memory");
+		return pmck__err(-ENOMEM, "out of memory");
 	g->device = device;
 	g->host_base = (char *)pma_region_addr(r);
 	g->size = pma_region_size(r);
@@ -87,7 +87,7 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned
 		CUDA_TRY(cudaStreamCreateWithFlags(&g->snap_stream, cudaStreamNonBlocking));
 		g->events = (cudaEvent_t *)calloc(nlayers, sizeof(*g->events));
 		if (!g->events)
-			return pma__err(-ENOMEM, "out of memory");
+			return pmck__err(-ENOMEM, "out of memory");
 		for (; g->nlayers < nlayers; g->nlayers++)
 			CUDA_TRY(cudaEventCreateWithFlags(&g->events[g->nlayers], cudaEventDisableTiming));
 	}

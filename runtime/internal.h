@@ -12,7 +12,16 @@
 #include <sys/types.h>
 
 #include "pmckpt.h"
-#include "../pmalloc/errmsg.h"
+#include "errmsg.h"       /* common/: pmck__err, pmck__err_prefix */
+
+/*
+ * The runtime's files report failures with pma__err and pma__err_prefix, by
+ * their names in libpmalloc; inside libpmckpt those are libpmckpt's own
+ * writers into the same buffer (runtime/errmsg.c), since libpmalloc exports
+ * no internal.  New code may call pmck__err directly.
+ */
+#define pma__err pmck__err
+#define pma__err_prefix pmck__err_prefix
 
 #define STORE_MAGIC "PMCKSTR"   /* 8 bytes with the NUL */
 #define STORE_VERSION 1u

@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "tap.h"
 
 #define MiB ((uint64_t)1 << 20)

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/wait.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "tap.h"
 
 static char pmctl[512];

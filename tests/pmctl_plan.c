@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "tap.h"
 
 #define MiB ((uint64_t)1 << 20)

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "tap.h"
 
 /* Two regions on two nodes: ckpt0 on both, a second devdax and an fsdax namespace on region0. */

@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "pmckpt.h"
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 #include "tap.h"
 #include "ckpt_util.h"
 

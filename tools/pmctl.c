@@ -3,7 +3,7 @@
  * pmctl -- provision persistent memory for pmckpt: list NVDIMM regions,
  * namespaces and dax devices; create, reconfigure and destroy devdax
  * namespaces; converge the node to a description; print the device a
- * store should open.  Built on include/pmctl.h (libndctl/libdaxctl
+ * store should open.  Built on include/pmalloc_ns.h (libndctl/libdaxctl
  * underneath; the ndctl binary is not needed).
  *
  *   pmctl list        [--json] [--human] [--dax] [--state FILE]
@@ -32,7 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pmctl.h"
+#include "pmalloc_ns.h"
 
 static const char usage_text[] =
 	"usage: pmctl <command> [options]\n"

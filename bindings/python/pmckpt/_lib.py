@@ -225,7 +225,7 @@ _PROTOS = {
 }
 
 _OPTIONAL = {
-    # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmctl.h)
+    # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmalloc_ns.h)
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
     # the candidates the last recovery rejected (a library without it reports none)
