@@ -9,8 +9,16 @@ rows (Shard(0)) on a CPU DeviceMesh, a replicated bias each, an int.  pmckpt
 stores are Store(name=f"bench-r{rank}", ramdisk=DIR, shared_dir=DIR/shared).
 
   save: dcp.save, from a barrier to the return on every rank (a barrier).
-  async stall: the time dcp.async_save (thread) takes to return; then its
-      future is waited for before the next repetition.
+  async stall: what training waits for: the time dcp.async_save (thread)
+      takes to return, plus, for pmckpt with StorageWriter(staging="none")
+      (zero copy, "pz"), the time the next optimizer step blocks in
+      pmckpt.hook_optimizer.  Between the two, a training step's compute
+      (matmuls reading the weights, --batch rows) runs while the save goes
+      on.  FileSystemWriter ("fs") and pmckpt with DCP's default stager
+      ("pm") copy the state on the training thread and never block the step.
+      The future is waited for before the next kind.
+      ratio dcp_multirank_async_stall_vs_dcp_fs: pz against fs;
+      ..._default_staging_vs_dcp_fs: pm against fs.
   reshard load: dcp.load into the same weights sharded by columns
       (Shard(1)): every rank needs a piece of every saved rank's chunk, read
       by pmckpt from its own store and the other ranks' copy-out files, by
@@ -78,8 +86,33 @@ def worker(args, rank, rdzv):
                          shared_dir=os.path.join(base, "shared"), rank=rank, world_size=world,
                          keep=2)
     src = state(1, 0)
-    fig = {k: [] for k in ("fs_save", "pm_save", "fs_stall", "pm_stall", "fs_async_done",
-                           "pm_async_done", "fs_reshard", "pm_reshard")}
+    # a training step after each async_save: forward/backward-like matmuls reading the
+    # weights (--batch rows), then an optimizer step updating them in place (SGD, lr=0: the
+    # same bits, written all the same).  With staging="none" the optimizer is hooked
+    # (pmckpt.hook_optimizer): the time it blocks there is part of the stall.
+    local = [v.to_local() for v in src["model"].values()]
+    for t in local:
+        t.grad = torch.ones_like(t)
+    opt_plain = torch.optim.SGD(local, lr=0.0)
+    opt_hooked = torch.optim.SGD(local, lr=0.0)
+    blocked = [0.0, 0.0]
+    opt_hooked.register_step_pre_hook(lambda *a: blocked.__setitem__(0, time.perf_counter()))
+    pmckpt.hook_optimizer(opt_hooked, store)
+    opt_hooked.register_step_pre_hook(lambda *a: blocked.__setitem__(1, time.perf_counter()))
+    x = torch.randn(args.batch, d)
+    weights = [t for t in local if t.dim() == 2]
+
+    def compute():
+        t = time.perf_counter()
+        for w in weights:
+            y = x @ w.t()
+            (y @ w).sum()
+            (y.t() @ x).sum()
+        return time.perf_counter() - t
+
+    fig = {k: [] for k in ("fs_save", "pm_save", "fs_stall", "pm_stall", "pz_stall",
+                           "pz_return", "pz_hook_wait", "compute", "fs_async_done",
+                           "pm_async_done", "pz_async_done", "fs_reshard", "pm_reshard")}
     for rep in range(args.reps + 1):  # the first: warm-up (pool files created), not counted
         fsdir = os.path.join(base, f"fs-{rep}")
         t, _ = timed(lambda: dcp.save(src, storage_writer=dcp.FileSystemWriter(fsdir)))
@@ -87,21 +120,34 @@ def worker(args, rank, rdzv):
         t, _ = timed(lambda: dcp.save(src, storage_writer=pmckpt.dcp.StorageWriter(store),
                                       checkpoint_id=10 * rep + 1))
         fig["pm_save"].append(t)
-        for kind in ("fs", "pm"):
-            w = dcp.FileSystemWriter(os.path.join(base, f"fsa-{rep}")) if kind == "fs" else \
-                pmckpt.dcp.StorageWriter(store)
+        for kind in ("fs", "pm", "pz"):
+            fsa = os.path.join(base, f"fsa-{rep}")
             dist.barrier()
             t0 = time.perf_counter()
-            # the same staging for both (DCP's default stager; FileSystemWriter's own
-            # fails on these DTensors in torch 2.15)
-            fut = dcp.async_save(src, storage_writer=w, checkpoint_id=(
-                os.path.join(base, f"fsa-{rep}") if kind == "fs" else 10 * rep + 2),
-                async_stager=DefaultStager(StagingOptions(False, False, False, False)))
-            stall = time.perf_counter() - t0
+            if kind == "pz":  # zero copy: the writer is the stager
+                fut = dcp.async_save(src, storage_writer=pmckpt.dcp.StorageWriter(
+                    store, staging="none"), checkpoint_id=10 * rep + 3)
+            else:
+                # the same staging for both (DCP's default stager; FileSystemWriter's own
+                # fails on these DTensors in torch 2.15)
+                w = dcp.FileSystemWriter(fsa) if kind == "fs" else pmckpt.dcp.StorageWriter(store)
+                fut = dcp.async_save(src, storage_writer=w, checkpoint_id=(
+                    fsa if kind == "fs" else 10 * rep + 2),
+                    async_stager=DefaultStager(StagingOptions(False, False, False, False)))
+            ret = time.perf_counter() - t0
+            fig["compute"].append(compute())
+            if kind == "pz":
+                opt_hooked.step()
+                wait = blocked[1] - blocked[0]
+                fig["pz_return"].append(ret)
+                fig["pz_hook_wait"].append(wait)
+            else:
+                opt_plain.step()
+                wait = 0.0
             fut.result()
             done = time.perf_counter() - t0
             dist.barrier()
-            fig[f"{kind}_stall"].append(stall)
+            fig[f"{kind}_stall"].append(ret + wait)
             fig[f"{kind}_async_done"].append(done)
         store.wait_copyout()  # the copy-out of the newest step: what another rank reads
         dst = state(99, 1)
@@ -119,7 +165,7 @@ def worker(args, rank, rdzv):
             if rank == 0:
                 shutil.rmtree(p, ignore_errors=True)
     if rank == 0:
-        med = {k: statistics.median(v[1:]) for k, v in fig.items()}
+        med = {k: statistics.median(v[1:] if k != "compute" else v[3:]) for k, v in fig.items()}
         mb = args.size
         print(f"# {world} ranks, {args.layers} layers, {mb:.0f} MB in all "
               f"({mb / world:.1f} MB per rank), {args.reps} repetitions, medians", flush=True)
@@ -127,6 +173,8 @@ def worker(args, rank, rdzv):
             print(f"bench: dcp_multirank_{k} {v * 1e3:.1f} ms", flush=True)
         print(f"ratio: dcp_multirank_save_time_vs_dcp_fs {med['pm_save'] / med['fs_save']:.3f}")
         print(f"ratio: dcp_multirank_async_stall_vs_dcp_fs "
+              f"{med['pz_stall'] / med['fs_stall']:.3f}")
+        print(f"ratio: dcp_multirank_async_stall_default_staging_vs_dcp_fs "
               f"{med['pm_stall'] / med['fs_stall']:.3f}")
         print(f"ratio: dcp_reshard_load_time_vs_dcp_fs "
               f"{med['pm_reshard'] / med['fs_reshard']:.3f}", flush=True)
@@ -140,6 +188,8 @@ def main():
     ap.add_argument("--size", type=float, default=128, help="MB of weights in all")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="rows of the simulated forward/backward after each async_save")
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--worker", type=int, default=None)
     ap.add_argument("--rdzv", default=None)
@@ -150,7 +200,7 @@ def main():
     try:
         rdzv = os.path.join(base, "rdzv")
         argv = [sys.executable, HERE, "--ranks", str(args.ranks), "--size", str(args.size),
-                "--layers", str(args.layers), "--reps", str(args.reps), "--dir", base,
+                "--layers", str(args.layers), "--reps", str(args.reps), "--dir", base, "--batch", str(args.batch),
                 "--rdzv", rdzv]
         procs = [subprocess.Popen(argv + ["--worker", str(r)]) for r in range(args.ranks)]
         rc = 0

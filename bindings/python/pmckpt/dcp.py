@@ -41,6 +41,8 @@ Where things are (docs/python.md, "DCP on several ranks"):
 import dataclasses
 import io
 import pickle
+import threading
+import time
 import uuid
 from collections import ChainMap
 
@@ -57,7 +59,7 @@ from ._dcp_sources import (FileSource, LocalSource, complete_steps, missing, pay
 from .errors import Error, NoCheckpointError
 from .store import Store, copy_into
 
-__all__ = ["StorageWriter", "StorageReader"]
+__all__ = ["StorageWriter", "ZeroCopyStorageWriter", "StorageReader"]
 
 
 def _key(index):
@@ -127,10 +129,20 @@ class StorageWriter(_storage.StorageWriter):
     when the writer runs in DCP's checkpoint process, which may be ended at
     any time after the save's future resolves)."""
 
-    def __init__(self, store, step=None, wait_copyout=False):
+    def __new__(cls, store=None, step=None, wait_copyout=False, staging="default"):
+        if staging not in ("default", "none"):
+            raise ValueError("staging must be 'default' (DCP's stager copies the state) or "
+                             "'none' (zero copy: pmckpt.hook_optimizer required)")
+        if cls is StorageWriter and staging == "none":
+            cls = ZeroCopyStorageWriter
+        return super().__new__(cls)
+
+    def __init__(self, store, step=None, wait_copyout=False, staging="default"):
         super().__init__()
         self.store = store
+        self.staging = staging
         self.wait_copyout = wait_copyout
+        self._pending = None
         self._step = step
         self._handle = None
         self._payload = None
@@ -194,6 +206,13 @@ class StorageWriter(_storage.StorageWriter):
                     "process group, or group=")
 
     def write_data(self, plan, planner):
+        try:
+            return self._write_data(plan, planner)
+        finally:
+            if self._pending is not None and not self._pending.settled:
+                self._pending.release()  # failed before its begin: the hooks go on
+
+    def _write_data(self, plan, planner):
         g = plan.storage_data
         if not isinstance(g, _GlobalPlan):
             raise Error("the plan lacks the global metadata pmckpt.dcp.StorageWriter attaches in "
@@ -232,7 +251,7 @@ class StorageWriter(_storage.StorageWriter):
         step = self._step if self._step is not None else s._next_step()
         self._step = None
         self._prep = s._prepare(tensors, step, kind="dcp", extra_capacity=room)
-        self._handle = s._start(self._prep, step)
+        self._handle = s._start(self._prep, step, pending=self._pending)
         if self._handle.skipped:
             self._handle = None
             raise Error(f"DCP checkpoint of step {step} skipped: the previous one is still "
@@ -268,6 +287,80 @@ class StorageWriter(_storage.StorageWriter):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         return False  # never chosen by DCP on its own: pass storage_writer=
+
+
+class ZeroCopyStorageWriter(StorageWriter):
+    """StorageWriter(store, staging="none"): dcp.async_save without a staging copy.
+
+    DCP takes a storage_writer that is an AsyncStager as its stager: stage()
+    returns the state_dict itself, so async_save returns at once, and the
+    tensors are written from their own memory, layer by layer, by the store's
+    pipeline once DCP's thread has planned the save (as Store.save_async).
+
+    The contract: nothing may change a tensor of the state_dict before its
+    layer is persisted.  pmckpt.hook_optimizer(opt, store) (and hook_module
+    for buffers) does that: stage() registers the save as pending on the
+    store before async_save returns, and the hooks wait until it has begun
+    (DCP's planning done, its layers queued), then for the layers they are
+    about to update.  A save that fails or ends before its begin releases the
+    hooks (and its future raises).  Store(verify_sources=True) turns a
+    tensor changed meanwhile (no hook) into a failed save (SourceChangedError
+    from the future) rather than a torn checkpoint.
+
+    Only for AsyncCheckpointerType.THREAD: DCP's checkpoint process cannot read
+    this process's tensors, so pickling this writer raises."""
+
+    _synchronize_after_execute = False
+
+    @property
+    def should_synchronize_after_execute(self):
+        return False
+
+    def stage(self, state_dict):
+        """No copy: registers the save as pending on the store (the hooks wait for
+        it) and returns state_dict itself.  A previous zero-copy save of this store
+        still running is waited for first (its thread must end before another
+        begins: DCP's collectives of two saves must not interleave)."""
+        s = self.store
+        prev = getattr(s, "_dcp_zero_copy", None)
+        if prev is not None and prev.thread is not threading.current_thread():
+            _wait_ended(prev)
+        self._pending = s._mark_pending("DCP async_save (staging='none')")
+        s._dcp_zero_copy = self._pending
+        return state_dict
+
+    def synchronize_staging(self):
+        pass
+
+    def close(self):
+        pass
+
+    def reset(self, checkpoint_id=None):
+        super().reset(checkpoint_id)
+        if self._pending is not None:
+            self._pending.bind()  # DCP's checkpoint thread: the first call it makes
+
+    def __getstate__(self):
+        err = Error("pmckpt.dcp.StorageWriter(staging='none') cannot go to DCP's checkpoint "
+                    "process (AsyncCheckpointerType.PROCESS): another process cannot read this "
+                    "one's tensors.  Use AsyncCheckpointerType.THREAD, or staging='default'")
+        if self._pending is not None:
+            self._pending.release(err)
+        raise err
+
+
+
+def _wait_ended(pending):
+    """Until the thread of a zero-copy save has ended (its future resolved): DCP's
+    collectives of two saves must not run at once on one process group."""
+    while True:
+        t = pending.thread
+        if t is not None:
+            t.join()
+            return
+        if pending.settled:  # released before DCP's thread reached the writer
+            return
+        time.sleep(pending.POLL)
 
 
 # ------------------------------------------------------------ reading

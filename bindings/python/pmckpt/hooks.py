@@ -8,6 +8,11 @@ optimizer's step (parameters and its state: exp_avg, exp_avg_sq, step, ...)
 and, for modules with buffers (BatchNorm's running statistics), the forward
 pass.  These hooks block exactly there, and only for the layers involved:
 an optimizer waits for the parameters and state it is about to update.
+
+A save registered as pending (DCP's async_save through
+pmckpt.dcp.StorageWriter(staging="none"), which begins later in DCP's
+thread) is waited for first until it has begun, then for its layers
+(Store.wait_for).
 """
 import torch
 
@@ -26,9 +31,8 @@ def hook_optimizer(optimizer, store):
     persisted the layers holding this optimizer's parameters and state.
     Returns the hook's handle (.remove() to undo)."""
     def pre_step(opt, args, kwargs):
-        h = store.inflight
-        if h is not None and not h.done:
-            h.wait_for(_optimizer_tensors(opt))
+        if store._pending or store.inflight is not None:
+            store.wait_for(_optimizer_tensors(opt))
     return optimizer.register_step_pre_hook(pre_step)
 
 
@@ -50,8 +54,7 @@ def hook_module(module, store):
             continue
 
         def pre_forward(mod, args, bufs=bufs):
-            h = store.inflight
-            if h is not None and not h.done:
-                h.wait_for(bufs)
+            if store._pending or store.inflight is not None:
+                store.wait_for(bufs)
         handles.append(m.register_forward_pre_hook(pre_forward))
     return handles

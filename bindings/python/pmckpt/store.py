@@ -162,6 +162,64 @@ class SaveHandle:
         self._wait_layers(layers)
 
 
+class _PendingSave:
+    """A save that reads the live tensors and has not begun yet: DCP's async_save
+    with StorageWriter(staging="none") returns before its thread plans and
+    begins the checkpoint.  Store.wait_for (the hooks) waits until it has begun
+    (then for its layers), or until it is released: failed before its begin, or
+    its thread ended without one.
+
+    thread: the thread that will begin it, once known (bind()); waiters poll
+    whether it is still alive, so that a save dying anywhere before its begin
+    (in DCP's planning, a collective, another rank) never leaves them blocked."""
+
+    POLL = 0.05
+
+    def __init__(self, store, what):
+        self.store = store
+        self.what = what
+        self.handle = None
+        self.error = None
+        self.thread = None
+        self._event = threading.Event()
+
+    @property
+    def settled(self):
+        return self._event.is_set()
+
+    def bind(self, thread=None):
+        """The thread that will begin this save (DCP's checkpoint thread)."""
+        if self.thread is None:
+            self.thread = thread or threading.current_thread()
+
+    def _settle(self, handle, error):
+        s = self.store
+        with s._pending_lock:
+            if self._event.is_set():
+                return
+            self.handle, self.error = handle, error
+            if self in s._pending:
+                s._pending.remove(self)
+            self._event.set()
+
+    def begun(self, handle):
+        self._settle(handle, None)
+
+    def release(self, error=None):
+        """Never begins (failed, abandoned): waiters go on."""
+        self._settle(None, error or Error(f"{self.what} ended before it began"))
+
+    def wait_begun(self):
+        """Blocks until the save has begun (returns its SaveHandle) or was released
+        (returns None)."""
+        while not self._event.wait(self.POLL):
+            t = self.thread
+            if t is not None and not t.is_alive():
+                self.release(Error(f"{self.what}: its thread ({t.name}) ended before the "
+                                   "checkpoint began"))
+        return self.handle
+
+
 class _Prepared:
     """A state_dict turned into store tensors and a metadata document, checked."""
 
@@ -260,6 +318,8 @@ class Store:
         self._copyout = c_void_p()
         self._inflight = None
         self._newest = None
+        self._pending_lock = threading.Lock()
+        self._pending = []  # _PendingSave: saves staged without a copy, not begun yet
 
     # ------------------------------------------------------------ opening
 
@@ -429,9 +489,10 @@ class Store:
         dev = next(t.device for t in _leaves(state_dict) if isinstance(t, torch.Tensor) and t.is_cuda)
         return lib.pmck_gpu_available(dev.index or 0) == 0
 
-    def _start(self, prep, step):
+    def _start(self, prep, step, pending=None):
         """Begins checkpoint `step` and queues every tensor layer (not the metadata).
-        Returns the handle; _put_meta completes it."""
+        Returns the handle; _put_meta completes it.  pending: the _PendingSave this
+        checkpoint is (the hooks waiting on it go on to wait for its layers)."""
         blob = make_blob(prep.doc, prep.binary)
         cap = blob_capacity(len(blob) + prep.extra_capacity, self.meta_capacity)
         layout = Layout.of(prep.entries, cap)
@@ -494,6 +555,8 @@ class Store:
                 if rc < 0:
                     self._abandon(h)
                     check(rc, f"checkpoint of step {step}")
+            if pending is not None:
+                pending.begun(h)  # the hooks now wait for h's layers
             return h
 
     def _put_meta(self, h, doc, binary=b""):
@@ -596,10 +659,32 @@ class Store:
 
     def wait_for(self, tensors):
         """Blocks until the given tensors are no longer read by the checkpoint in
-        flight (layer-wise): call before modifying them in place."""
+        flight (layer-wise): call before modifying them in place.  A save staged
+        without a copy (pmckpt.dcp.StorageWriter(staging="none")) and not begun yet
+        is waited for until it has begun, then for its layers."""
+        if self._pending:
+            tensors = list(tensors)
+            for p in list(self._pending):
+                h = p.wait_begun()
+                if h is not None and not h.done:
+                    h.wait_for(tensors)
         h = self._inflight
-        if h is not None:
+        if h is not None and not h.done:
             h.wait_for(tensors)
+
+    def _mark_pending(self, what="a save"):
+        """Registers a save whose sources are the live tensors and which will begin
+        later, in another thread (DCP's async_save staged without a copy): until it
+        begins (or is released), wait_for and the hooks wait for it."""
+        p = _PendingSave(self, what)
+        with self._pending_lock:
+            self._pending.append(p)
+        return p
+
+    @property
+    def pending(self):
+        """The saves registered as pending (staged without a copy, not begun yet)."""
+        return list(self._pending)
 
     @property
     def inflight(self):

@@ -10,6 +10,8 @@ has Store(name=f"job-r{rank}", ramdisk=..., shared_dir=...).
   - resharding: 2 -> 1 (one process, no process group, plain tensors; from
     rank 0's store plus rank 1's copy-out file, and from the files alone),
     2 -> 4 (ranks 2 and 3 have no store);
+  - zero-copy: 2 ranks, StorageWriter(staging="none") + hook_optimizer,
+    async_save every step with opt.step() right after; each step bit-exact;
   - data that is nowhere: a clear error naming rank, step and item;
   - kill: 2 ranks with Store(group=True) async_save in a loop, one is
     killed with SIGKILL; after the restart dcp.load brings both to the same
@@ -98,6 +100,7 @@ def worker(mode, d, rank, world, rdzv, args):
 
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     mesh = init_device_mesh("cpu", (world,))
@@ -121,6 +124,32 @@ def worker(mode, d, rank, world, rdzv, args):
         why = load_check(r, 8)
         out(f"process {'ok' if why is None else 'BAD ' + why} step {r.last_recovery['step']} "
             f"pid {os.getpid()}")
+    elif mode == "zerocopy":  # staging="none" + hook_optimizer, async_save every step
+        s = pmckpt.Store(name=f"zc-r{rank}", ramdisk=ram, verify_sources=True, keep=2)
+        w = torch.nn.Parameter(sharded(mesh, 1)["model"]["w"].to_local().clone())
+        opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+        pmckpt.hook_optimizer(opt, s)
+        bad = []
+        for step in range(1, 6):
+            w.grad = torch.full_like(w, float(step + rank))
+            st = {"model": {"w": DTensor.from_local(w.detach(), mesh, [Shard(0)],
+                                                    run_check=False)},
+                  "optim": {"buf": opt.state[w]["momentum_buffer"] if opt.state else
+                            torch.zeros_like(w)}}
+            want = (w.detach().clone(), st["optim"]["buf"].clone())
+            fut = dcp.async_save(st, storage_writer=pmckpt.dcp.StorageWriter(s, staging="none"),
+                                 checkpoint_id=step)
+            opt.step()  # at once: the hook waits until the save has begun, then for w
+            fut.result()
+            got = {"model": {"w": DTensor.from_local(torch.zeros_like(w.detach()), mesh,
+                                                     [Shard(0)], run_check=False)},
+                   "optim": {"buf": torch.zeros_like(w.detach())}}
+            dcp.load(got, storage_reader=pmckpt.dcp.StorageReader(s, step=step))
+            if not (torch.equal(got["model"]["w"].to_local(), want[0]) and
+                    torch.equal(got["optim"]["buf"], want[1])):
+                bad.append(step)
+        out(f"zerocopy {'ok' if not bad else f'BAD steps {bad}'}")
+        s.close()
     elif mode == "load":  # another number of ranks: stores job-rR where they exist
         step = int(args[0])
         s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared)
@@ -198,6 +227,10 @@ def main():
     procs = [l for l in text.splitlines() if " process ok step 8" in l]
     T.ok(len(procs) == 2, "2 ranks: dcp.async_save(PROCESS) reopens each store in DCP's "
          "checkpoint process; dcp.load gets step 8 bit-exact", text)
+
+    text = output(launch("zerocopy", 2))
+    T.ok(oks(text, "zerocopy", 2), "2 ranks: zero-copy dcp.async_save (staging='none') every "
+         "step, opt.step() right after under hook_optimizer: every step loads bit-exact", text)
 
     text = output(launch("alone", 1, 7, "job-r0"))
     T.ok(oks(text, "ok", 1) or "rank 0 ok" in text, "2 -> 1 (no process group, plain tensors): "
