@@ -12,6 +12,12 @@ has Store(name=f"job-r{rank}", ramdisk=..., shared_dir=...).
     2 -> 4 (ranks 2 and 3 have no store);
   - zero-copy: 2 ranks, StorageWriter(staging="none") + hook_optimizer,
     async_save every step with opt.step() right after; each step bit-exact;
+  - FSDP2: a small MLP, each Linear and the root under fully_shard on a
+    2-rank CPU mesh, AdamW; get_state_dict -> dcp.save on 2 ranks (stores
+    fsdp-rR), then dcp.load + set_state_dict into a fresh FSDP2 model and
+    optimizer on the same 2 ranks, and 2 -> 1 into a plain model and AdamW
+    in one process: full tensors bit-exact, and one more step afterwards
+    equals an uninterrupted run;
   - data that is nowhere: a clear error naming rank, step and item;
   - kill: 2 ranks with Store(group=True) async_save in a loop, one is
     killed with SIGKILL; after the restart dcp.load brings both to the same
@@ -66,6 +72,63 @@ def check(state, step):
     return None
 
 
+
+# ------------------------------------------------------------------ FSDP2
+
+FSDP_STEP = 2  # training steps before the save; also the checkpoint_id
+
+
+def fsdp_model(seed):
+    """A small MLP (4,189 parameters; the last layer's 13 rows shard unevenly over 2
+    ranks) with its own initial values, so a load visibly replaces them."""
+    import torch
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(),
+                               torch.nn.Linear(48, 48), torch.nn.ReLU(),
+                               torch.nn.Linear(48, 13))
+
+
+def fsdp_train(model, opt, rank, steps, first=1):
+    """AdamW steps first..steps, each rank its own batch (FSDP2 reduces the gradients)."""
+    import torch
+    for step in range(first, steps + 1):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x, y = torch.randn(5, 24, generator=g), torch.randn(5, 13, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def fsdp_flat(model_sd, optim_sd):
+    """{"model.FQN": tensor, "optim.state.FQN.KEY": tensor, "optim.param_groups": [...]}
+    with every DTensor gathered into its full tensor (a collective: every rank calls it)."""
+    flat = {}
+    for k, v in model_sd.items():
+        flat[f"model.{k}"] = v.full_tensor() if hasattr(v, "full_tensor") else v
+    for fqn, st in optim_sd["state"].items():
+        for k, v in st.items():
+            flat[f"optim.state.{fqn}.{k}"] = v.full_tensor() if hasattr(v, "full_tensor") else v
+    flat["optim.param_groups"] = [dict(g) for g in optim_sd["param_groups"]]
+    return {k: (v.detach().clone() if hasattr(v, "detach") else v) for k, v in flat.items()}
+
+
+def fsdp_diff(got, want):
+    """None if `got` equals `want` (fsdp_flat's) bit for bit, else what differs."""
+    import torch
+    if sorted(got) != sorted(want):
+        return f"keys {sorted(set(got) ^ set(want))}"
+    for k, y in want.items():
+        x = got[k]
+        if isinstance(y, torch.Tensor):
+            if not isinstance(x, torch.Tensor) or x.dtype != y.dtype or x.shape != y.shape or \
+                    not torch.equal(x.reshape(-1).view(torch.uint8),
+                                    y.reshape(-1).view(torch.uint8)):
+                return f"{k} differs"
+        elif x != y:
+            return f"{k}: {x!r} != {y!r}"
+    return None
+
+
 # ------------------------------------------------------------------ ranks
 
 def worker(mode, d, rank, world, rdzv, args):
@@ -96,6 +159,24 @@ def worker(mode, d, rank, world, rdzv, args):
                 return
         why = check(state, step)
         out("ok" if why is None else f"BAD {why}")
+        return
+
+    if mode == "fsdp-alone":  # FSDP2 2 -> 1: a plain model and AdamW, no process group
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        model = fsdp_model(seed=99)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        msd, osd = get_state_dict(model, opt)  # initializes AdamW's state (zeros)
+        with pmckpt.Store(name=args[0], ramdisk=ram, shared_dir=shared + "-fsdp") as s:
+            try:
+                dcp.load({"model": msd, "optim": osd},
+                         storage_reader=pmckpt.dcp.StorageReader(s), checkpoint_id=FSDP_STEP)
+            except BaseException as e:
+                out(f"fsdp-alone error {str(e)!r}")
+                return
+        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+        why = fsdp_diff(fsdp_flat(*get_state_dict(model, opt)),
+                        torch.load(os.path.join(d, "fsdp-full.pt")))
+        out(f"fsdp-alone {'ok' if why is None else 'BAD ' + why}")
         return
 
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
@@ -150,6 +231,49 @@ def worker(mode, d, rank, world, rdzv, args):
                 bad.append(step)
         out(f"zerocopy {'ok' if not bad else f'BAD steps {bad}'}")
         s.close()
+    elif mode == "fsdp":  # FSDP2 fully_shard on 2 ranks: save, load into a fresh model
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.fsdp import fully_shard
+
+        def build(seed):
+            model = fsdp_model(seed)
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            return model, torch.optim.AdamW(model.parameters(), lr=0.01)
+
+        model, opt = build(seed=5)
+        fsdp_train(model, opt, rank, FSDP_STEP)
+        msd, osd = get_state_dict(model, opt)
+        sharded_ok = all(type(v).__name__ == "DTensor" for v in msd.values())
+        want = fsdp_flat(msd, osd)
+        if rank == 0:  # for the 2 -> 1 case
+            torch.save(want, os.path.join(d, "fsdp-full.pt"))
+        with pmckpt.Store(name=f"fsdp-r{rank}", ramdisk=ram, shared_dir=shared + "-fsdp") as s:
+            dcp.save({"model": msd, "optim": osd}, storage_writer=pmckpt.dcp.StorageWriter(s),
+                     checkpoint_id=FSDP_STEP)
+        del model, opt, msd, osd
+        model, opt = build(seed=6)  # other values; AdamW's state made by get_state_dict
+        msd, osd = get_state_dict(model, opt)
+        differs_before = fsdp_diff(fsdp_flat(msd, osd), want) is not None
+        with pmckpt.Store(name=f"fsdp-r{rank}", ramdisk=ram, shared_dir=shared + "-fsdp") as s:
+            dcp.load({"model": msd, "optim": osd}, storage_reader=pmckpt.dcp.StorageReader(s),
+                     checkpoint_id=FSDP_STEP)
+        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+        why = fsdp_diff(fsdp_flat(*get_state_dict(model, opt)), want)
+        if why is None and not sharded_ok:
+            why = "parameters are not DTensors"
+        if why is None and not differs_before:
+            why = "the fresh model already held the saved values"
+        if why is None:  # and it trains on: one more step on each, the same result
+            fsdp_train(model, opt, rank, FSDP_STEP + 1, first=FSDP_STEP + 1)
+            again = fsdp_flat(*get_state_dict(model, opt))
+            model2, opt2 = build(seed=5)
+            fsdp_train(model2, opt2, rank, FSDP_STEP + 1)
+            why = fsdp_diff(again, fsdp_flat(*get_state_dict(model2, opt2)))
+            why = None if why is None else f"after one more step: {why}"
+        out(f"fsdp {'ok' if why is None else 'BAD ' + why}")
     elif mode == "load":  # another number of ranks: stores job-rR where they exist
         step = int(args[0])
         s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared)
@@ -231,6 +355,21 @@ def main():
     text = output(launch("zerocopy", 2))
     T.ok(oks(text, "zerocopy", 2), "2 ranks: zero-copy dcp.async_save (staging='none') every "
          "step, opt.step() right after under hook_optimizer: every step loads bit-exact", text)
+
+    t0 = time.time()
+    text = output(launch("fsdp", 2))
+    T.ok(oks(text, "fsdp", 2), "FSDP2 fully_shard on 2 ranks (gloo, CPU mesh), AdamW: "
+         "get_state_dict -> dcp.save, dcp.load + set_state_dict into a fresh model and "
+         "optimizer: the full tensors bit-exact (model, AdamW state, param_groups); one more "
+         "step equals an uninterrupted run", text)
+    T.diag(f"FSDP2 2 ranks: {time.time() - t0:.1f} s")
+    t0 = time.time()
+    text = output(launch("fsdp-alone", 1, "fsdp-r0"))
+    T.ok(oks(text, "fsdp-alone", 1), "FSDP2 2 -> 1: a plain model and AdamW in one process "
+         "(no process group): rank 0's store plus rank 1's copy-out file, bit-exact", text)
+    text = output(launch("fsdp-alone", 1, "nobody"))
+    T.ok(oks(text, "fsdp-alone", 1), "FSDP2 2 -> 1 from the copy-out files alone", text)
+    T.diag(f"FSDP2 2 -> 1, both: {time.time() - t0:.1f} s")
 
     text = output(launch("alone", 1, 7, "job-r0"))
     T.ok(oks(text, "ok", 1) or "rank 0 ok" in text, "2 -> 1 (no process group, plain tensors): "
