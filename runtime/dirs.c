@@ -5,6 +5,7 @@
  * to the first one made, when the call that made them fails.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,4 +73,26 @@ pmck__rmdir_made(const char *dir, const char *first_made)
 			return;
 		*slash = '\0';
 	}
+}
+
+int
+pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n)
+{
+	char tmp[PATH_MAX + 16], path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+	/* The bytes are durable (fsync) before the name appears (rename), and the name after. */
+	int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
+	int err = errno;
+	close(fd);
+	if (!ok || rename(tmp, path)) {
+		err = ok ? errno : err;
+		unlink(tmp);
+		return pma__err(-err, "write %s: %s", path, strerror(err));
+	}
+	return pmck__fsync_dir(dir);
 }

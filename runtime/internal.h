@@ -121,6 +121,11 @@ int pmck__layout_check(const struct pmck_tensor_desc *d, size_t n, uint64_t *nby
 int pmck__mkdir_p(const char *dir, mode_t mode, char *first_made, size_t first_size);
 /* pmck__rmdir_made -- removes dir and its parents down to first_made, if empty. */
 void pmck__rmdir_made(const char *dir, const char *first_made);
+/*
+ * pmck__write_file_durably -- writes dir/name as a whole: a temporary name,
+ * fsync, rename, fsync of dir.  A crash leaves the old file or the new one.
+ */
+int pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n);
 uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
 /* pmck__layout_diff -- describes the first difference between s's layout and d[0..n). */
 void pmck__layout_diff(const struct pmck_store *s, const struct pmck_tensor_desc *d, size_t n,

@@ -68,29 +68,6 @@ pmck__quarantine_count(const char *dir)
 	return n;
 }
 
-/* Writes DIR/<step>/NOTE durably (temporary name, fsync, rename, fsync of the step). */
-static int
-write_note(const char *stepdir, const char *text)
-{
-	char tmp[PATH_MAX + 16], path[PATH_MAX + 16];
-	size_t n = strlen(text);
-
-	snprintf(tmp, sizeof(tmp), "%s/." NOTE ".tmp", stepdir);
-	snprintf(path, sizeof(path), "%s/" NOTE, stepdir);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
-	int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
-	int err = errno;
-	close(fd);
-	if (!ok || rename(tmp, path)) {
-		err = ok ? errno : err;
-		unlink(tmp);
-		return pma__err(-err, "write %s: %s", path, strerror(err));
-	}
-	return pmck__fsync_dir(stepdir);
-}
-
 int
 pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *moved, size_t len)
 {
@@ -120,7 +97,7 @@ pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *mo
 			"when: %s\nby: pid %ld on %s\nwhat failed: %s\n",
 			step, dir, when, (long)getpid(), host, what);
 	/* The NOTE goes first: a crash before the rename leaves a step that is found damaged again. */
-	if ((ret = write_note(src, text)))
+	if ((ret = pmck__write_file_durably(src, NOTE, text, strlen(text))))
 		return ret;
 	for (unsigned k = 0;; k++) {
 		int n = k ? snprintf(dst, sizeof(dst), "%s/step-%012" PRIu64 "-%s-%u", qdir, step, when, k)

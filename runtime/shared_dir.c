@@ -237,26 +237,12 @@ pmck__order_ours(const struct pmck__steps *l, uint64_t layout_hash, unsigned wor
 int
 pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m)
 {
-	char tmp[PATH_MAX + 32], path[PATH_MAX + 32], text[192];
-	snprintf(path, sizeof(path), "%s/" PMCK_MARKER, stepdir);
-	snprintf(tmp, sizeof(tmp), "%s/." PMCK_MARKER ".tmp", stepdir);
+	char text[192];
 	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u, "
 			"\"layout_hash\": \"%016" PRIx64 "\", \"generation\": %" PRIu64 "}\n",
 			step, m->world_size, m->layout_hash, m->generation);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
-	/* The marker's bytes are durable (fsync) before its name appears (rename). */
-	int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
-	int err = errno;
-	close(fd);
-	if (!ok || rename(tmp, path)) {
-		err = ok ? errno : err;
-		unlink(tmp);
-		return pma__err(-err, "write %s: %s", path, strerror(err));
-	}
-	/* The rename is durable: from here on the step is complete for every reader. */
-	return pmck__fsync_dir(stepdir);
+	/* Durable before its name appears; from then on the step is complete for every reader. */
+	return pmck__write_file_durably(stepdir, PMCK_MARKER, text, (size_t)n);
 }
 
 void

@@ -3,18 +3,24 @@
  * ckpt_util.h -- helpers shared by the tests that write and recover
  * checkpoints: deterministic contents, a small random generator, the
  * "was the error message set by this call" check, opening a region, pool
- * and store in one call, and killing a child that reports its commits.
+ * and store in one call, killing a child that reports its commits, and
+ * reading (hash) or changing (poke) a file's bytes behind the library.
  */
 #ifndef PMCK_CKPT_UTIL_H
 #define PMCK_CKPT_UTIL_H 1
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "pmalloc.h"
 #include "pmckpt.h"
@@ -117,6 +123,37 @@ kill_child(pid_t pid, int fd, long delay_us, uint64_t last)
 		last = step;
 	close(fd);
 	return last;
+}
+
+/* XXH3 of the whole file (0 if unreadable): "left as it was" checked byte for byte. */
+static inline uint64_t
+file_hash(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	uint64_t h = 0;
+
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) == 0) {
+		char *buf = malloc((size_t)st.st_size + 1);
+		if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size)
+			h = XXH3_64bits(buf, (size_t)st.st_size);
+		free(buf);
+	}
+	close(fd);
+	return h;
+}
+
+/* Writes n bytes at off into path, behind the library's back (damage for a test). */
+static inline void
+poke(const char *path, off_t off, const void *bytes, size_t n)
+{
+	int fd = open(path, O_RDWR);
+	if (fd < 0 || pwrite(fd, bytes, n, off) != (ssize_t)n)
+		diag("cannot write %s at %lld", path, (long long)off);
+	if (fd >= 0)
+		close(fd);
 }
 
 #endif

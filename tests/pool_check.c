@@ -45,31 +45,6 @@ on_problem(void *arg, int code, const char *message)
 	diag("problem %d: %s", code, message);
 }
 
-static uint64_t
-file_hash(const char *path)
-{
-	int fd = open(path, O_RDONLY);
-	struct stat st;
-	uint64_t h = 0;
-	if (fd < 0 || fstat(fd, &st))
-		return 0;
-	char *buf = malloc((size_t)st.st_size + 1);
-	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size)
-		h = XXH3_64bits(buf, (size_t)st.st_size);
-	free(buf);
-	close(fd);
-	return h;
-}
-
-static void
-poke(const char *path, off_t off, const void *bytes, size_t n)
-{
-	int fd = open(path, O_RDWR);
-	if (fd < 0 || pwrite(fd, bytes, n, off) != (ssize_t)n)
-		diag("cannot write %s", path);
-	close(fd);
-}
-
 /* A pool with stores "a" (step 3) and "z" (step 7); returns the offset of "a.data0"'s table entry. */
 static off_t
 make_pool(const char *path)

@@ -29,24 +29,6 @@ static const struct pmck_tensor_desc layout[] = {
 };
 #define NT (sizeof(layout) / sizeof(layout[0]))
 
-/* XXH3 of the whole file: "left as it was" is checked byte for byte. */
-static uint64_t
-file_hash(const char *path)
-{
-	int fd = open(path, O_RDONLY);
-	struct stat st;
-	uint64_t h = 0;
-
-	if (fd < 0 || fstat(fd, &st))
-		return 0;
-	char *buf = malloc((size_t)st.st_size + 1);
-	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size)
-		h = XXH3_64bits(buf, (size_t)st.st_size);
-	free(buf);
-	close(fd);
-	return h;
-}
-
 static void
 write_file(const char *path, size_t size, int fill)
 {
@@ -60,15 +42,6 @@ write_file(const char *path, size_t size, int fill)
 	if (fd < 0 || write(fd, buf, size) != (ssize_t)size)
 		diag("cannot write %s", path);
 	free(buf);
-	close(fd);
-}
-
-static void
-poke(const char *path, off_t off, const void *bytes, size_t n)
-{
-	int fd = open(path, O_RDWR);
-	if (fd < 0 || pwrite(fd, bytes, n, off) != (ssize_t)n)
-		diag("cannot write %s at %lld", path, (long long)off);
 	close(fd);
 }
 
