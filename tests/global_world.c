@@ -67,26 +67,7 @@ rank_main(void *arg)
 		exit(1); /* the others would wait for this rank */
 	}
 	if (r->phase == WRITE) {
-		uint8_t *src = malloc(BYTES);
-		struct pmck_copyout *co = NULL;
-		struct pmck_copyout_opts o = {.dir = shared, .keep = 5, .rank = r->id,
-				.world_size = coll.size};
-		r->ret_copy = pmck_copyout_new(l.store, &o, &co);
-		for (uint64_t step = 1; step <= 3 && !r->ret && !r->ret_copy; step++) {
-			struct pmck_ckpt *c;
-			memset(src, (int)(step * 7 + r->id), BYTES);
-			if (!(r->ret = pmck_global_begin(g, step, &c)) &&
-			    !(r->ret = pmck_ckpt_write(c, 0, src)))
-				r->ret = pmck_global_commit(g, c);
-			if (!r->ret)
-				r->ret_copy = pmck_copyout_submit(co);
-		}
-		if (!r->ret)
-			r->ret = pmck_global_wait(g, NULL);
-		if (co && !r->ret_copy)
-			r->ret_copy = pmck_copyout_wait(co);
-		pmck_copyout_delete(&co);
-		free(src);
+		inproc_save_steps(l.store, g, shared, r->id, coll.size, 3, BYTES, &r->ret, &r->ret_copy);
 	} else {
 		struct pmck_global_recovery gr;
 		r->ret = pmck_global_recover(g, r->dir, &gr);

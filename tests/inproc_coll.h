@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "pmckpt.h"
 
@@ -101,6 +103,40 @@ inproc_collectives(struct member *m, unsigned rank)
 	return (struct pmck_collectives){.ctx = m, .rank = rank, .size = m->w->size,
 			.allreduce_u64 = allreduce, .barrier = barrier,
 			.iallreduce_u64_start = iar_start, .iallreduce_u64_test = iar_test};
+}
+
+/*
+ * inproc_save_steps -- what a rank of the multi-rank tests writes: global
+ * steps 1..steps of its one tensor (`bytes` bytes, all step * 7 + rank),
+ * each copied out to `shared` (keep 5, as rank `rank` of `world`).
+ * *ret: the first failure of the store and global calls, *ret_copy: of the
+ * copy-out calls.
+ */
+static inline void
+inproc_save_steps(struct pmck_store *s, struct pmck_global *g, const char *shared,
+		unsigned rank, unsigned world, uint64_t steps, size_t bytes, int *ret,
+		int *ret_copy)
+{
+	uint8_t *src = malloc(bytes);
+	struct pmck_copyout *co = NULL;
+	struct pmck_copyout_opts o = {.dir = shared, .keep = 5, .rank = rank, .world_size = world};
+
+	*ret = src ? 0 : -ENOMEM;
+	*ret_copy = *ret ? 0 : pmck_copyout_new(s, &o, &co);
+	for (uint64_t step = 1; step <= steps && !*ret && !*ret_copy; step++) {
+		struct pmck_ckpt *c;
+		memset(src, (int)(step * 7 + rank), bytes);
+		if (!(*ret = pmck_global_begin(g, step, &c)) && !(*ret = pmck_ckpt_write(c, 0, src)))
+			*ret = pmck_global_commit(g, c);
+		if (!*ret)
+			*ret_copy = pmck_copyout_submit(co);
+	}
+	if (!*ret)
+		*ret = pmck_global_wait(g, NULL);
+	if (co && !*ret_copy)
+		*ret_copy = pmck_copyout_wait(co);
+	pmck_copyout_delete(&co);
+	free(src);
 }
 
 #endif
