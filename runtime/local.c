@@ -50,6 +50,14 @@ holds_pool_magic(const char *path)
 	return n == (ssize_t)sizeof(magic) && !memcmp(magic, "PMAPOOL", sizeof(magic));
 }
 
+/* Are the first 8 bytes (a pool's magic) all zero? */
+static int
+zero_magic(const struct pma_region *r)
+{
+	static const char zero[8];
+	return pma_region_size(r) >= sizeof(zero) && !memcmp(pma_region_addr(r), zero, sizeof(zero));
+}
+
 /* Read-only: the store must exist with this layout (open_or_create would try to create it). */
 static int
 local_open_existing(struct pma_pool *p, const char *name, const struct pmck_tensor_desc *descs,
@@ -185,6 +193,15 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		/* Format only what is blank: never a medium holding something else. */
 		ret = rdonly ? pma_pool_open(l->region, &l->pool)
 			     : pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
+		/*
+		 * Our own ramdisk file (our name, our directory) whose pool magic is
+		 * still zero: a creation killed before its last persist point (the
+		 * magic is cleared first and written last).  It holds no pool, and
+		 * the region's lock is ours: formatting it again loses nothing.
+		 */
+		if (ret == PMA_E_NOT_POOL && !rdonly && !o->pm_path && zero_magic(l->region) &&
+		    (ret = pma_pool_create(l->region, 0, &l->pool)) == 0)
+			l->created = 1;
 	}
 	if (!ret && rdonly)
 		ret = local_open_existing(l->pool, name, o->descs, o->ndescs, &l->store);

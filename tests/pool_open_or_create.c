@@ -248,6 +248,24 @@ main(void)
 	unlink(f);
 	rmdir(dir);
 
+	/* A creation killed halfway (pool magic still zero, fields written): formatted again. */
+	snprintf(dir, sizeof(dir), "%s.k", path);
+	mkdir(dir, 0700);
+	snprintf(f, sizeof(f), "%s/pmckpt-m.pool", dir);
+	uint64_t need_k;
+	pmck_local_pool_size(layout, NT, &need_k);
+	write_file(f, (size_t)need_k, 0);
+	char half[72];
+	memset(half, 1, sizeof(half));
+	poke(f, 8, half, sizeof(half));
+	struct pmck_local_opts ko = {.ramdisk_dir = dir, .store_name = "m", .descs = layout,
+			.ndescs = NT};
+	is_int(pmck_local_open(&ko, &l), 0, "a ramdisk file left by an interrupted creation opens");
+	is_int(l.created, 1, "formatted afresh (created)");
+	pmck_local_close(&l);
+	unlink(f);
+	rmdir(dir);
+
 	/* Ramdisk directories: made with parents, removed when the call fails. */
 	snprintf(dir, sizeof(dir), "%s.d", path);
 	snprintf(sub, sizeof(sub), "%s/a/b/c", dir);

@@ -368,8 +368,7 @@ class Store:
         """Opens region, pool and store if they exist; None if there is no store yet."""
         path = self.region_path
         if self._blank_ramdisk_file(path):
-            os.unlink(path)  # the leftover of an interrupted creation: start afresh
-            return None
+            return None  # an interrupted creation: pmck_local_open makes it afresh, under its lock
         region, pool, store = c_void_p(), c_void_p(), c_void_p()
         rc = lib.pma_region_open(path.encode(), 0, _lib.PMA_REGION_NO_PREFAULT, byref(region))
         if rc == _lib.ENOENT:
