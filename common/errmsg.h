@@ -6,6 +6,7 @@
  *     reports into the same buffer (runtime/errmsg.c): pmck_errormsg() is
  *     pma_errormsg(), and the message a failing pma_ call leaves there is
  *     what libpmckpt's pmck__err_prefix extends;
+ *     libpmalloc_ns reports into it the same way (pmalloc/ns_errmsg.c);
  *   - libddio's (ddio/errmsg.c), read by ddio_errormsg().
  * Included as "errmsg.h" (the build sets -Icommon).  Nothing here is
  * exported from a shared library.
@@ -47,6 +48,15 @@ int pma__err_prefix(int code, const char *fmt, ...)
 int pmck__err(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3))) ERRMSG_HIDDEN;
 int pmck__err_prefix(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3))) ERRMSG_HIDDEN;
+
+/*
+ * libpmalloc_ns's writers (pmalloc/ns_errmsg.c): the same, into the same
+ * buffer, from inside libpmalloc_ns (namespaces and provisioning).
+ */
+int pma_ns__err(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3))) ERRMSG_HIDDEN;
+int pma_ns__err_prefix(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3))) ERRMSG_HIDDEN;
 
 #endif

@@ -65,8 +65,8 @@ pma_ns__err_lib(int code, const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	if (lib_msg[0])
-		return pma__err(code, "%s (libndctl: %s)", buf, lib_msg);
-	return pma__err(code, "%s", buf);
+		return pma_ns__err(code, "%s (libndctl: %s)", buf, lib_msg);
+	return pma_ns__err(code, "%s", buf);
 }
 
 int
@@ -77,7 +77,7 @@ pma_ns__ctx_new(struct ndctl_ctx **out)
 
 	*out = NULL;
 	if (rc < 0 || !ctx)
-		return pma__err(-ENXIO, "libndctl could not start: %s", strerror(rc < 0 ? -rc : ENOMEM));
+		return pma_ns__err(-ENXIO, "libndctl could not start: %s", strerror(rc < 0 ? -rc : ENOMEM));
 	ndctl_set_log_fn(ctx, log_ndctl);
 	struct daxctl_ctx *dctx = ndctl_get_daxctl_ctx(ctx);
 	if (dctx)
@@ -369,7 +369,7 @@ pma_ns_state_read(struct pma_ns_state **out)
 	int rc;
 
 	if (!out)
-		return pma__err(-EINVAL, "pma_ns_state_read: out is required");
+		return pma_ns__err(-EINVAL, "pma_ns_state_read: out is required");
 	*out = NULL;
 	rc = pma_ns__state_new(&s);
 	if (rc)

@@ -69,7 +69,7 @@ random_uuid(uuid_t uu)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return pma__err(-errno, "getrandom: %s", strerror(errno));
+			return pma_ns__err(-errno, "getrandom: %s", strerror(errno));
 		}
 		got += (size_t)n;
 	}
@@ -124,10 +124,10 @@ check_unused(struct ndctl_namespace *ndns)
 	snprintf(path, sizeof(path), "/dev/%s", node);
 	int rc = pma_ns__dev_in_use(path);
 	if (rc == 1)
-		return pma__err(-EBUSY, "%s (%s) is in use: a process has it open or mapped, or it "
+		return pma_ns__err(-EBUSY, "%s (%s) is in use: a process has it open or mapped, or it "
 				"is mounted; stop that first", devname, path);
 	if (rc == -EACCES)
-		return pma__err(-EACCES, "cannot tell whether %s (%s) is in use: not allowed to "
+		return pma_ns__err(-EACCES, "cannot tell whether %s (%s) is in use: not allowed to "
 				"read other processes' files (run as root)", devname, path);
 	return 0;
 }
@@ -154,14 +154,14 @@ zero_info_block(struct ndctl_namespace *ndns)
 		goto out;
 	}
 	if (posix_memalign(&buf, 4096, INFO_BLOCK) || posix_memalign(&zero, 4096, INFO_BLOCK)) {
-		rc = pma__err(-ENOMEM, "out of memory");
+		rc = pma_ns__err(-ENOMEM, "out of memory");
 		goto out;
 	}
 	memset(zero, 0, INFO_BLOCK);
 	snprintf(path, sizeof(path), "/dev/%s", ndctl_namespace_get_block_device(ndns));
 	fd = open(path, O_RDWR | O_DIRECT | O_EXCL | O_CLOEXEC);
 	if (fd < 0) {
-		rc = pma__err(-errno, "%s: open %s to clear its info block: %s", devname, path,
+		rc = pma_ns__err(-errno, "%s: open %s to clear its info block: %s", devname, path,
 				strerror(errno));
 		goto out;
 	}
@@ -170,10 +170,10 @@ zero_info_block(struct ndctl_namespace *ndns)
 	if (n == INFO_BLOCK && memcmp(buf, zero, INFO_BLOCK) == 0)
 		goto out;
 	if (pwrite(fd, zero, INFO_BLOCK, 0) != INFO_BLOCK)
-		rc = pma__err(errno ? -errno : -EIO, "%s: clearing the info block on %s: %s",
+		rc = pma_ns__err(errno ? -errno : -EIO, "%s: clearing the info block on %s: %s",
 				devname, path, strerror(errno ? errno : EIO));
 	else if (fsync(fd))
-		rc = pma__err(-errno, "%s: fsync %s: %s", devname, path, strerror(errno));
+		rc = pma_ns__err(-errno, "%s: fsync %s: %s", devname, path, strerror(errno));
 out:
 	if (fd >= 0)
 		close(fd);
@@ -193,7 +193,7 @@ prepare(struct ndctl_namespace *ndns)
 	int rc;
 
 	if (ndctl_region_get_ro(region))
-		return pma__err(-EROFS, "%s: its region %s is read-only", devname,
+		return pma_ns__err(-EROFS, "%s: its region %s is read-only", devname,
 				ndctl_region_get_devname(region));
 	if ((rc = check_unused(ndns)))
 		return rc;
@@ -221,7 +221,7 @@ setup_devdax(struct ndctl_region *region, struct ndctl_namespace *ndns, uint64_t
 		return pma_ns__err_lib(-ENODEV, "%s: the kernel offers no devdax device on %s (is "
 				"dax_pmem loaded?)", devname, ndctl_region_get_devname(region));
 	if (res != ULLONG_MAX && res % SZ_16M)
-		return pma__err(-EINVAL, "%s: starts at %#llx, not 16 MiB aligned: devdax would be "
+		return pma_ns__err(-EINVAL, "%s: starts at %#llx, not 16 MiB aligned: devdax would be "
 				"misaligned (adjust the region alignment)", devname, res);
 	if ((rc = random_uuid(uu)))
 		return rc;
@@ -255,17 +255,17 @@ pma_ns__create(struct ndctl_ctx *ctx, const char *rname, const char *name, uint6
 	int rc;
 
 	if (!region)
-		return pma__err(-ENOENT, "no region %s (the node changed since it was read?)", rname);
+		return pma_ns__err(-ENOENT, "no region %s (the node changed since it was read?)", rname);
 	if (!ndctl_region_is_enabled(region))
-		return pma__err(-ENXIO, "%s is disabled", rname);
+		return pma_ns__err(-ENXIO, "%s is disabled", rname);
 	if (ndctl_region_get_nstype(region) != ND_DEVICE_NAMESPACE_PMEM)
-		return pma__err(PMA_E_CONFLICT, "%s is label-less: it cannot hold a new namespace",
+		return pma_ns__err(PMA_E_CONFLICT, "%s is label-less: it cannot hold a new namespace",
 				rname);
 	unsigned long long extent = ndctl_region_get_max_available_extent(region);
 	if (extent == ULLONG_MAX)
 		extent = ndctl_region_get_available_size(region);
 	if (size > extent)
-		return pma__err(-ENOSPC, "%s has %llu bytes free in one piece, %llu needed", rname,
+		return pma_ns__err(-ENOSPC, "%s has %llu bytes free in one piece, %llu needed", rname,
 				extent, (unsigned long long)size);
 	/* The idle namespace 0 if there is one, else the region's seed (as ndctl). */
 	ndctl_namespace_foreach(region, ndns)
@@ -310,7 +310,7 @@ pma_ns__reconfigure(struct ndctl_ctx *ctx, const char *nsdev, const char *name, 
 	int rc;
 
 	if (!ndns)
-		return pma__err(-ENOENT, "no namespace %s (the node changed since it was read?)", nsdev);
+		return pma_ns__err(-ENOENT, "no namespace %s (the node changed since it was read?)", nsdev);
 	struct ndctl_region *region = ndctl_namespace_get_region(ndns);
 	if ((rc = prepare(ndns)))
 		return rc;
@@ -330,7 +330,7 @@ pma_ns__destroy(struct ndctl_ctx *ctx, const char *nsdev)
 	int rc;
 
 	if (!ndns)
-		return pma__err(-ENOENT, "no namespace %s", nsdev);
+		return pma_ns__err(-ENOENT, "no namespace %s", nsdev);
 	if ((rc = prepare(ndns)))
 		return rc;
 	/* A labelled namespace gives its capacity back; a label-less one stays, raw. */
@@ -353,7 +353,7 @@ pma_ns__init_labels(struct ndctl_ctx *ctx, const char *rname)
 	int rc;
 
 	if (!region)
-		return pma__err(-ENOENT, "no region %s", rname);
+		return pma_ns__err(-ENOENT, "no region %s", rname);
 	if (ndctl_region_get_nstype(region) == ND_DEVICE_NAMESPACE_PMEM)
 		return 0; /* already labelled */
 	mappings = ndctl_region_get_mappings(region);
@@ -365,7 +365,7 @@ pma_ns__init_labels(struct ndctl_ctx *ctx, const char *rname)
 		count++;
 	}
 	if (!mappings || count != mappings)
-		return pma__err(-ENODEV, "%s: its DIMMs have no label storage: it stays label-less",
+		return pma_ns__err(-ENODEV, "%s: its DIMMs have no label storage: it stays label-less",
 				rname);
 	ndctl_namespace_foreach(region, ndns)
 		if ((rc = check_unused(ndns)))
@@ -378,7 +378,7 @@ pma_ns__init_labels(struct ndctl_ctx *ctx, const char *rname)
 	ndctl_dimm_foreach_in_region(region, dimm)
 		if (ndctl_dimm_is_active(dimm)) {
 			ndctl_region_enable(region);
-			return pma__err(-EBUSY, "%s: DIMM %s is active in another region", rname,
+			return pma_ns__err(-EBUSY, "%s: DIMM %s is active in another region", rname,
 					ndctl_dimm_get_devname(dimm));
 		}
 	enum ndctl_namespace_version v = NDCTL_NS_VERSION_1_2;

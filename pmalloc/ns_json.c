@@ -159,7 +159,7 @@ emit(json_object *root, struct out *o, char **json)
 			*json = strdup(t);
 	}
 	json_object_put(root);
-	return *json ? 0 : pma__err(-ENOMEM, "out of memory writing JSON");
+	return *json ? 0 : pma_ns__err(-ENOMEM, "out of memory writing JSON");
 }
 
 int
@@ -168,18 +168,18 @@ pma_ns_state_to_json(const struct pma_ns_state *s, unsigned flags, char **json)
 	struct out o = {.flags = flags};
 
 	if (!s || !json)
-		return pma__err(-EINVAL, "pma_ns_state_to_json: state and json are required");
+		return pma_ns__err(-EINVAL, "pma_ns_state_to_json: state and json are required");
 	if (flags & PMA_NS_JSON_DAX) {
 		json_object *arr = dax_json(&o, s);
 		if (!arr)
-			return pma__err(-ENOMEM, "out of memory writing JSON");
+			return pma_ns__err(-ENOMEM, "out of memory writing JSON");
 		return emit(arr, &o, json);
 	}
 	json_object *root = json_object_new_object(), *buses = json_object_new_array();
 	if (!root || !buses) {
 		json_object_put(root);
 		json_object_put(buses);
-		return pma__err(-ENOMEM, "out of memory writing JSON");
+		return pma_ns__err(-ENOMEM, "out of memory writing JSON");
 	}
 	put(&o, root, "buses", buses);
 	for (size_t b = 0; b < s->nbus && !o.oom; b++) {
@@ -214,12 +214,12 @@ pma_prov_plan_to_json(const struct pma_prov_plan *p, unsigned flags, char **json
 	struct pma_prov_action a;
 
 	if (!p || !json)
-		return pma__err(-EINVAL, "pma_prov_plan_to_json: plan and json are required");
+		return pma_ns__err(-EINVAL, "pma_prov_plan_to_json: plan and json are required");
 	json_object *root = json_object_new_object(), *arr = json_object_new_array();
 	if (!root || !arr) {
 		json_object_put(root);
 		json_object_put(arr);
-		return pma__err(-ENOMEM, "out of memory writing JSON");
+		return pma_ns__err(-ENOMEM, "out of memory writing JSON");
 	}
 	put(&o, root, "changes", json_object_new_int64((int64_t)pma_prov_plan_changes(p)));
 	put(&o, root, "actions", arr);
@@ -281,7 +281,7 @@ get_u64(struct in *in, json_object *o, const char *key, uint64_t dflt)
 		return (uint64_t)json_object_get_int64(v);
 	}
 	if (!in->err)
-		in->err = pma__err(-EINVAL, "%s: field \"%s\" is not a size", in->where, key);
+		in->err = pma_ns__err(-EINVAL, "%s: field \"%s\" is not a size", in->where, key);
 	return dflt;
 }
 
@@ -349,10 +349,10 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 	struct pma_ns_region_info r = {0};
 
 	if (!json_object_is_type(jr, json_type_object))
-		return pma__err(-EINVAL, "%s: region %zu is not an object", in->where, idx);
+		return pma_ns__err(-EINVAL, "%s: region %zu is not an object", in->where, idx);
 	r.dev = get_str(jr, "dev");
 	if (!r.dev)
-		return pma__err(-EINVAL, "%s: region %zu has no \"dev\"", in->where, idx);
+		return pma_ns__err(-EINVAL, "%s: region %zu has no \"dev\"", in->where, idx);
 	snprintf(where, sizeof(where), "%s", r.dev);
 	const char *outer = in->where;
 	in->where = where;
@@ -378,7 +378,7 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 		json_object *jn = json_object_array_get_idx(nss, i);
 		struct pma_ns_info n = {0};
 		if (!json_object_is_type(jn, json_type_object) || !(n.dev = get_str(jn, "dev"))) {
-			rc = pma__err(-EINVAL, "%s: namespace %zu has no \"dev\"", where, i);
+			rc = pma_ns__err(-EINVAL, "%s: namespace %zu has no \"dev\"", where, i);
 			break;
 		}
 		n.region = r.dev;
@@ -409,24 +409,24 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 	int rc;
 
 	if (!text || !out)
-		return pma__err(-EINVAL, "pma_ns_state_from_json: text and out are required");
+		return pma_ns__err(-EINVAL, "pma_ns_state_from_json: text and out are required");
 	*out = NULL;
 	json_object *root = json_tokener_parse_verbose(text, &jerr);
 	if (!root)
-		return pma__err(-EINVAL, "not JSON: %s", json_tokener_error_desc(jerr));
+		return pma_ns__err(-EINVAL, "not JSON: %s", json_tokener_error_desc(jerr));
 	json_object *buses = NULL;
 	if (json_object_is_type(root, json_type_object))
 		buses = get_array(root, "buses");
 	if (!buses) {
 		json_object_put(root);
-		return pma__err(-EINVAL, "not a pmctl listing: expected an object with \"buses\"");
+		return pma_ns__err(-EINVAL, "not a pmctl listing: expected an object with \"buses\"");
 	}
 	rc = pma_ns__state_new(&s);
 	for (size_t b = 0; !rc && b < json_object_array_length(buses); b++) {
 		json_object *jb = json_object_array_get_idx(buses, b);
 		struct pma_ns_bus_info bi = {0};
 		if (!json_object_is_type(jb, json_type_object)) {
-			rc = pma__err(-EINVAL, "bus %zu is not an object", b);
+			rc = pma_ns__err(-EINVAL, "bus %zu is not an object", b);
 			break;
 		}
 		bi.dev = get_str(jb, "dev");
@@ -448,7 +448,7 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 		struct pma_ns_dax_info d = {0};
 		char path[64];
 		if (!json_object_is_type(jd, json_type_object) || !(d.dev = get_str(jd, "chardev"))) {
-			rc = pma__err(-EINVAL, "dax device %zu has no \"chardev\"", i);
+			rc = pma_ns__err(-EINVAL, "dax device %zu has no \"chardev\"", i);
 			break;
 		}
 		d.path = get_str(jd, "path");

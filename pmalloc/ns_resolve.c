@@ -32,7 +32,7 @@ put_path(const char *dev, char *path, size_t len)
 	int n = snprintf(path, len, "/dev/%s", dev);
 
 	if (n < 0 || (size_t)n >= len)
-		return pma__err(-ENAMETOOLONG, "/dev/%s does not fit in %zu bytes", dev, len);
+		return pma_ns__err(-ENAMETOOLONG, "/dev/%s does not fit in %zu bytes", dev, len);
 	return 0;
 }
 
@@ -56,9 +56,9 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 	size_t nhit = 0;
 
 	if (!s || !selector || !*selector || !path || !len || numa_node < -1)
-		return pma__err(-EINVAL, "pma_ns_resolve: state, selector and path are required");
+		return pma_ns__err(-EINVAL, "pma_ns_resolve: state, selector and path are required");
 	if (!s->nreg && !s->ndax)
-		return pma__err(-ENODEV, "no devdax device for '%s': %s", selector,
+		return pma_ns__err(-ENODEV, "no devdax device for '%s': %s", selector,
 				s->absent ? s->absent : "no NVDIMM region");
 	const char *sel = strncmp(selector, "/dev/", 5) == 0 ? selector + 5 : selector;
 
@@ -68,7 +68,7 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 		if (strcmp(d->dev, sel) != 0)
 			continue;
 		if (numa_node >= 0 && d->numa_node >= 0 && d->numa_node != numa_node)
-			return pma__err(-ENOENT, "%s is on NUMA node %d, not %d", d->dev, d->numa_node,
+			return pma_ns__err(-ENOENT, "%s is on NUMA node %d, not %d", d->dev, d->numa_node,
 					numa_node);
 		return put_path(d->dev, path, len);
 	}
@@ -76,10 +76,10 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 	const struct pma_ns_info *n = pma_ns__namespace(s, sel);
 	if (n) {
 		if (n->mode != PMA_NS_MODE_DEVDAX || !n->chardev)
-			return pma__err(-ENOENT, "%s is %s, not devdax: no /dev/dax device to open",
+			return pma_ns__err(-ENOENT, "%s is %s, not devdax: no /dev/dax device to open",
 					n->dev, pma_ns_mode_name(n->mode));
 		if (numa_node >= 0 && node_of(s, n) >= 0 && node_of(s, n) != numa_node)
-			return pma__err(-ENOENT, "%s is on NUMA node %d, not %d", n->dev,
+			return pma_ns__err(-ENOENT, "%s is on NUMA node %d, not %d", n->dev,
 					node_of(s, n), numa_node);
 		return put_path(n->chardev, path, len);
 	}
@@ -109,7 +109,7 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 					(numa_node < 0 || node_of(s, n) == numa_node))
 				describe(s, n, list, sizeof(list));
 		}
-		return pma__err(-EINVAL, "'%s'%s matches %zu devdax namespaces: %s; name one "
+		return pma_ns__err(-EINVAL, "'%s'%s matches %zu devdax namespaces: %s; name one "
 				"(or give a NUMA node)", selector, by_region ? " (a region)" : "",
 				nhit, list);
 	}
@@ -117,9 +117,9 @@ pma_ns_resolve(const struct pma_ns_state *s, const char *selector, int numa_node
 	if (numa_node >= 0)
 		snprintf(node, sizeof(node), " on NUMA node %d", numa_node);
 	if (list[0])
-		return pma__err(-ENOENT, "no devdax namespace '%s'%s; what there is: %s", selector,
+		return pma_ns__err(-ENOENT, "no devdax namespace '%s'%s; what there is: %s", selector,
 				node, list);
-	return pma__err(-ENOENT, "no devdax namespace, region or device '%s'%s", selector, node);
+	return pma_ns__err(-ENOENT, "no devdax namespace, region or device '%s'%s", selector, node);
 }
 
 int
@@ -142,10 +142,10 @@ pma_ns_region_open(const char *selector, int numa_node, unsigned flags,
 	int rc;
 
 	if (!out)
-		return pma__err(-EINVAL, "pma_ns_region_open: out is required");
+		return pma_ns__err(-EINVAL, "pma_ns_region_open: out is required");
 	*out = NULL;
 	if (flags & PMA_REGION_CREATE)
-		return pma__err(-EINVAL, "pma_ns_region_open: a dax device cannot be created "
+		return pma_ns__err(-EINVAL, "pma_ns_region_open: a dax device cannot be created "
 				"(PMA_REGION_CREATE)");
 	rc = pma_ns_dax_path(selector, numa_node, path, sizeof(path));
 	if (rc)
@@ -202,16 +202,16 @@ pma_ns_pci_numa_node(const char *bdf, int *node)
 	long v;
 
 	if (!node)
-		return pma__err(-EINVAL, "pma_ns_pci_numa_node: node is required");
+		return pma_ns__err(-EINVAL, "pma_ns_pci_numa_node: node is required");
 	if (normalize_bdf(bdf, norm))
-		return pma__err(-EINVAL, "'%s' is not a PCI address (like 0000:17:00.0)",
+		return pma_ns__err(-EINVAL, "'%s' is not a PCI address (like 0000:17:00.0)",
 				bdf ? bdf : "(null)");
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", norm);
 	int rc = read_sys_int(path, &v, 10);
 	if (rc == -ENOENT)
-		return pma__err(-ENODEV, "no PCI device %s", norm);
+		return pma_ns__err(-ENODEV, "no PCI device %s", norm);
 	if (rc)
-		return pma__err(rc, "%s: %s", path, strerror(-rc));
+		return pma_ns__err(rc, "%s: %s", path, strerror(-rc));
 	*node = v < 0 ? -1 : (int)v;
 	return 0;
 }
@@ -231,11 +231,11 @@ pma_ns_gpu_numa_node(int gpu, int *node, char *bdf)
 	int rc;
 
 	if (gpu < 0 || !node)
-		return pma__err(-EINVAL, "pma_ns_gpu_numa_node: a GPU number >= 0 and node are "
+		return pma_ns__err(-EINVAL, "pma_ns_gpu_numa_node: a GPU number >= 0 and node are "
 				"required");
 	DIR *d = opendir("/sys/bus/pci/devices");
 	if (!d)
-		return pma__err(-ENODEV, "no PCI devices visible (/sys/bus/pci/devices): no GPU %d",
+		return pma_ns__err(-ENODEV, "no PCI devices visible (/sys/bus/pci/devices): no GPU %d",
 				gpu);
 	while ((e = readdir(d)) && n < sizeof(gpus) / sizeof(gpus[0])) {
 		char path[300];
@@ -255,7 +255,7 @@ pma_ns_gpu_numa_node(int gpu, int *node, char *bdf)
 	closedir(d);
 	qsort(gpus, n, sizeof(gpus[0]), cmp_str);
 	if ((size_t)gpu >= n)
-		rc = pma__err(-ENODEV, "no GPU %d: %zu display/3D controller%s on the PCI bus", gpu,
+		rc = pma_ns__err(-ENODEV, "no GPU %d: %zu display/3D controller%s on the PCI bus", gpu,
 				n, n == 1 ? "" : "s");
 	else {
 		rc = pma_ns_pci_numa_node(gpus[gpu], node);

@@ -15,12 +15,12 @@ pma_ns_size_parse(const char *text, uint64_t *out)
 	unsigned shift = 0;
 
 	if (!text || !out)
-		return pma__err(-EINVAL, "pma_ns_size_parse: text and out are required");
+		return pma_ns__err(-EINVAL, "pma_ns_size_parse: text and out are required");
 	if (*p < '0' || *p > '9')
-		return pma__err(-EINVAL, "'%s' is not a size (digits and K, M, G or T)", text);
+		return pma_ns__err(-EINVAL, "'%s' is not a size (digits and K, M, G or T)", text);
 	for (; *p >= '0' && *p <= '9'; p++) {
 		if (v > (UINT64_MAX - 9) / 10)
-			return pma__err(-ERANGE, "size '%s' is too large", text);
+			return pma_ns__err(-ERANGE, "size '%s' is too large", text);
 		v = v * 10 + (uint64_t)(*p - '0');
 	}
 	switch (*p) {
@@ -35,9 +35,9 @@ pma_ns_size_parse(const char *text, uint64_t *out)
 	else if (*p == 'B' || *p == 'b')
 		p++;
 	if (*p)
-		return pma__err(-EINVAL, "'%s' is not a size (digits and K, M, G or T)", text);
+		return pma_ns__err(-EINVAL, "'%s' is not a size (digits and K, M, G or T)", text);
 	if (shift && v > (UINT64_MAX >> shift))
-		return pma__err(-ERANGE, "size '%s' is too large", text);
+		return pma_ns__err(-ERANGE, "size '%s' is too large", text);
 	*out = v << shift;
 	return 0;
 }

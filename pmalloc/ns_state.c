@@ -42,7 +42,7 @@ pma_ns__state_new(struct pma_ns_state **out)
 {
 	*out = calloc(1, sizeof(**out));
 	if (!*out)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -98,7 +98,7 @@ grow(void **arr, size_t *n, size_t *cap, size_t size)
 	size_t c = *cap ? 2 * *cap : 8;
 	void *a = realloc(*arr, c * size);
 	if (!a)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	*arr = a;
 	*cap = c;
 	return 0;
@@ -113,7 +113,7 @@ pma_ns__add_bus(struct pma_ns_state *s, const struct pma_ns_bus_info *b)
 	*d = *b;
 	d->dev = pma_ns__str(s, b->dev);
 	d->provider = pma_ns__str(s, b->provider);
-	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
+	return s->oom ? pma_ns__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
@@ -127,7 +127,7 @@ pma_ns__add_region(struct pma_ns_state *s, const struct pma_ns_region_info *r)
 	d->bus = pma_ns__str(s, r->bus);
 	d->type = pma_ns__str(s, r->type);
 	d->persistence_domain = pma_ns__str(s, r->persistence_domain);
-	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
+	return s->oom ? pma_ns__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
@@ -143,7 +143,7 @@ pma_ns__add_ns(struct pma_ns_state *s, const struct pma_ns_info *n)
 	d->name = pma_ns__str(s, n->name);
 	d->chardev = pma_ns__str(s, n->chardev);
 	d->blockdev = pma_ns__str(s, n->blockdev);
-	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
+	return s->oom ? pma_ns__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
@@ -158,7 +158,7 @@ pma_ns__add_dax(struct pma_ns_state *s, const struct pma_ns_dax_info *x)
 	d->region = pma_ns__str(s, x->region);
 	d->namespace = pma_ns__str(s, x->namespace);
 	d->mode = pma_ns__str(s, x->mode);
-	return s->oom ? pma__err(-ENOMEM, "out of memory") : 0;
+	return s->oom ? pma_ns__err(-ENOMEM, "out of memory") : 0;
 }
 
 int
@@ -167,7 +167,7 @@ pma_ns__set_absent(struct pma_ns_state *s, const char *why)
 	free(s->absent);
 	s->absent = why ? strdup(why) : NULL;
 	if (why && !s->absent)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -219,7 +219,7 @@ int
 pma_ns__finish(struct pma_ns_state *s)
 {
 	if (s->oom)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	if (s->nbus)
 		qsort(s->bus, s->nbus, sizeof(*s->bus), cmp_bus);
 	if (s->nreg)
@@ -287,9 +287,9 @@ size_t pma_ns_state_ndax(const struct pma_ns_state *s) { return s ? s->ndax : 0;
 	int fn(const struct pma_ns_state *s, size_t i, type *info)                    \
 	{                                                                             \
 		if (!s || !info)                                                      \
-			return pma__err(-EINVAL, #fn ": state and info are required"); \
+			return pma_ns__err(-EINVAL, #fn ": state and info are required"); \
 		if (i >= s->cnt)                                                      \
-			return pma__err(-ERANGE, "no " what " %zu (%zu listed)", i, s->cnt); \
+			return pma_ns__err(-ERANGE, "no " what " %zu (%zu listed)", i, s->cnt); \
 		*info = s->arr[i];                                                    \
 		return 0;                                                             \
 	}

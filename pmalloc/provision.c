@@ -87,9 +87,9 @@ int
 pma_prov_plan_action(const struct pma_prov_plan *p, size_t i, struct pma_prov_action *a)
 {
 	if (!p || !a)
-		return pma__err(-EINVAL, "pma_prov_plan_action: plan and action are required");
+		return pma_ns__err(-EINVAL, "pma_prov_plan_action: plan and action are required");
 	if (i >= p->n)
-		return pma__err(-ERANGE, "no action %zu (%zu planned)", i, p->n);
+		return pma_ns__err(-ERANGE, "no action %zu (%zu planned)", i, p->n);
 	*a = p->act[i];
 	return 0;
 }
@@ -141,7 +141,7 @@ add_action(struct planner *pl, const struct pma_prov_action *a, const char *fmt,
 		size_t cap = p->cap ? 2 * p->cap : 8;
 		struct pma_prov_action *n = realloc(p->act, cap * sizeof(*n));
 		if (!n)
-			return pma__err(-ENOMEM, "out of memory");
+			return pma_ns__err(-ENOMEM, "out of memory");
 		p->act = n;
 		p->cap = cap;
 	}
@@ -156,7 +156,7 @@ add_action(struct planner *pl, const struct pma_prov_action *a, const char *fmt,
 	d->what = pma_ns__plan_str(p, what);
 	d->done = 0;
 	d->result_dev = d->result_chardev = NULL;
-	return p->oom ? pma__err(-ENOMEM, "out of memory") : 0;
+	return p->oom ? pma_ns__err(-ENOMEM, "out of memory") : 0;
 }
 
 static const char *
@@ -223,10 +223,10 @@ check_place(const struct pma_prov_ns *e, const struct pma_ns_info *n,
 		const struct pma_ns_region_info *r)
 {
 	if (e->region && strcmp(e->region, n->region) != 0)
-		return pma__err(PMA_E_CONFLICT, "%s: %s is on %s, the description puts it on %s",
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is on %s, the description puts it on %s",
 				label(e), n->dev, n->region, e->region);
 	if (e->numa_node >= 0 && r && r->numa_node != e->numa_node)
-		return pma__err(PMA_E_CONFLICT, "%s: %s is on %s, NUMA node %d; the description "
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is on %s, NUMA node %d; the description "
 				"wants node %d", label(e), n->dev, n->region, r->numa_node,
 				e->numa_node);
 	return 0;
@@ -241,18 +241,18 @@ plan_dev(struct planner *pl, const struct pma_prov_ns *e)
 	int rc;
 
 	if (!n)
-		return pma__err(-ENOENT, "%s: no namespace %s on this node", label(e), e->dev);
+		return pma_ns__err(-ENOENT, "%s: no namespace %s on this node", label(e), e->dev);
 	const struct pma_ns_region_info *r = pma_ns__region(pl->cur, n->region);
 	struct booking *bk = booking_of(pl, n->region);
 	if ((rc = check_place(e, n, r)))
 		return rc;
 	if (pl->claimed[ns_index(pl->cur, n)])
-		return pma__err(PMA_E_CONFLICT, "%s: %s is described twice", label(e), n->dev);
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is described twice", label(e), n->dev);
 	pl->claimed[ns_index(pl->cur, n)] = 1;
 	if (r && r->labels != PMA_NS_LABELS_ACTIVE && bk)
 		bk->ns0_claimed = 1;
 	if (e->name && r && r->labels != PMA_NS_LABELS_ACTIVE)
-		return pma__err(PMA_E_CONFLICT, "%s: %s is on %s, which is label-less: its namespace "
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is on %s, which is label-less: its namespace "
 				"cannot carry a name; leave the name out (open it by region or "
 				"device)%s", label(e), n->dev, n->region,
 				r->labels == PMA_NS_LABELS_UNINITIALIZED ?
@@ -264,7 +264,7 @@ plan_dev(struct planner *pl, const struct pma_prov_ns *e)
 	int keep = n->mode == PMA_NS_MODE_DEVDAX && n->align == e->align;
 	int renamed = e->name && (!n->name || strcmp(n->name, e->name) != 0);
 	if (keep && renamed)
-		return pma__err(PMA_E_CONFLICT, "%s: %s is named '%s', not '%s': pmctl does not "
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is named '%s', not '%s': pmctl does not "
 				"rename namespaces in use as described", label(e), n->dev,
 				n->name ? n->name : "", e->name);
 	if (keep) {
@@ -274,11 +274,11 @@ plan_dev(struct planner *pl, const struct pma_prov_ns *e)
 				n->chardev ? ", /dev/" : "", n->chardev ? n->chardev : "");
 	}
 	if (n->in_use)
-		return pma__err(-EBUSY, "%s: %s is in use (open, mapped or mounted): it cannot be "
+		return pma_ns__err(-EBUSY, "%s: %s is in use (open, mapped or mounted): it cannot be "
 				"reconfigured now", label(e), n->dev);
 	if (r && n->size % granule(r, e->align)) {
 		uint64_t g = granule(r, e->align);
-		return pma__err(PMA_E_CONFLICT, "%s: %s%s has %s (%llu bytes), not a multiple of "
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s%s has %s (%llu bytes), not a multiple of "
 				"%s (region alignment and namespace alignment): the kernel would "
 				"refuse devdax on it%s", label(e),
 				r->labels != PMA_NS_LABELS_ACTIVE ? "label-less " : "", n->dev,
@@ -290,7 +290,7 @@ plan_dev(struct planner *pl, const struct pma_prov_ns *e)
 	a.op = PMA_PROV_RECONFIGURE;
 	a.destructive = n->mode != PMA_NS_MODE_RAW;
 	if (a.destructive && !(pl->flags & PMA_NS_FORCE))
-		return pma__err(PMA_E_REFUSED, "%s: %s is %s%s%s: making it devdax destroys what it "
+		return pma_ns__err(PMA_E_REFUSED, "%s: %s is %s%s%s: making it devdax destroys what it "
 				"holds; pass force to do it", label(e), n->dev,
 				pma_ns_mode_name(n->mode),
 				n->mode == PMA_NS_MODE_DEVDAX ? " with align " : "",
@@ -320,7 +320,7 @@ plan_named(struct planner *pl, const struct pma_prov_ns *e)
 			continue;
 		}
 		if (match)
-			return pma__err(PMA_E_CONFLICT, "%s: several namespaces carry this name "
+			return pma_ns__err(PMA_E_CONFLICT, "%s: several namespaces carry this name "
 					"(%s, %s): give region= or numa=", e->name, match->dev,
 					n->dev);
 		match = n;
@@ -331,14 +331,14 @@ plan_named(struct planner *pl, const struct pma_prov_ns *e)
 	if (!match)
 		return 0;
 	if (pl->flags & PMA_NS_EXCLUSIVE)
-		return pma__err(-EEXIST, "%s: a namespace of this name exists (%s on %s)", e->name,
+		return pma_ns__err(-EEXIST, "%s: a namespace of this name exists (%s on %s)", e->name,
 				match->dev, match->region);
 	if (pl->claimed[ns_index(pl->cur, match)])
-		return pma__err(PMA_E_CONFLICT, "%s: %s is described twice", e->name, match->dev);
+		return pma_ns__err(PMA_E_CONFLICT, "%s: %s is described twice", e->name, match->dev);
 	pl->claimed[ns_index(pl->cur, match)] = 1;
 	if (match->mode != PMA_NS_MODE_DEVDAX || match->align != e->align ||
 			(e->size && match->size != e->size))
-		return pma__err(PMA_E_CONFLICT, "%s: exists as %s on %s, %s, %s%s%s; the "
+		return pma_ns__err(PMA_E_CONFLICT, "%s: exists as %s on %s, %s, %s%s%s; the "
 				"description wants devdax, %s, align %s. pmctl does not resize or "
 				"re-mode a named namespace: destroy it first (pmctl destroy %s) or "
 				"change the description", e->name, match->dev, match->region,
@@ -377,33 +377,33 @@ fits(struct planner *pl, const struct pma_prov_ns *e, struct booking *bk, uint64
 	char b1[32], b2[32], b3[32];
 
 	if (!r->type || strcmp(r->type, "pmem") != 0)
-		return quiet ? -ENODEV : pma__err(-ENODEV, "%s: %s is a %s region: devdax needs "
+		return quiet ? -ENODEV : pma_ns__err(-ENODEV, "%s: %s is a %s region: devdax needs "
 				"pmem", label(e), r->dev, r->type ? r->type : "unknown");
 	if (!r->enabled || r->readonly)
-		return quiet ? -ENODEV : pma__err(-ENODEV, "%s: %s is %s", label(e), r->dev,
+		return quiet ? -ENODEV : pma_ns__err(-ENODEV, "%s: %s is %s", label(e), r->dev,
 				r->readonly ? "read-only" : "disabled");
 	if (bk->labels == PMA_NS_LABELS_NONE)
-		return quiet ? -ENODEV : pma__err(PMA_E_CONFLICT, "%s: %s is label-less (its DIMMs "
+		return quiet ? -ENODEV : pma_ns__err(PMA_E_CONFLICT, "%s: %s is label-less (its DIMMs "
 				"have no label storage): it holds one namespace, namespace0.0, "
 				"which cannot be named or divided; describe it with "
 				"dev=namespace0.0 and no name", label(e), r->dev);
 	if (bk->labels == PMA_NS_LABELS_UNINITIALIZED) {
 		if (!(pl->flags & PMA_NS_INIT_LABELS) && !pma_ns__spec_init_allowed(pl->want, r->dev))
-			return quiet ? -ENODEV : pma__err(PMA_E_CONFLICT, "%s: %s has no namespace "
+			return quiet ? -ENODEV : pma_ns__err(PMA_E_CONFLICT, "%s: %s has no namespace "
 					"labels yet (label-less), and named namespaces need them: "
 					"allow init-labels for it (pmctl provision --init-labels)",
 					label(e), r->dev);
 		if (bk->ns0_claimed)
-			return quiet ? -ENODEV : pma__err(PMA_E_CONFLICT, "%s: %s is label-less and "
+			return quiet ? -ENODEV : pma_ns__err(PMA_E_CONFLICT, "%s: %s is label-less and "
 					"its namespace is taken over by a dev= entry: no room for "
 					"named namespaces", label(e), r->dev);
 		const struct pma_ns_info *n0 = labelless_ns(pl->cur, r->dev);
 		if (n0 && n0->in_use)
-			return quiet ? -EBUSY : pma__err(-EBUSY, "%s: initialising labels on %s "
+			return quiet ? -EBUSY : pma_ns__err(-EBUSY, "%s: initialising labels on %s "
 					"would remove %s, which is in use", label(e), r->dev,
 					n0->dev);
 		if (n0 && n0->mode != PMA_NS_MODE_RAW && !(pl->flags & PMA_NS_FORCE))
-			return quiet ? PMA_E_REFUSED : pma__err(PMA_E_REFUSED, "%s: initialising "
+			return quiet ? PMA_E_REFUSED : pma_ns__err(PMA_E_REFUSED, "%s: initialising "
 					"labels on %s would remove %s, a %s namespace: pass force",
 					label(e), r->dev, n0->dev, pma_ns_mode_name(n0->mode));
 	}
@@ -412,14 +412,14 @@ fits(struct planner *pl, const struct pma_prov_ns *e, struct booking *bk, uint64
 	if (e->size == 0) {
 		*size = room / g * g;
 		if (*size < PMA_NS_MIN_SIZE || *size < g)
-			return quiet ? -ENOSPC : pma__err(-ENOSPC, "%s: %s has %s free in one piece: "
+			return quiet ? -ENOSPC : pma_ns__err(-ENOSPC, "%s: %s has %s free in one piece: "
 					"too little for a namespace", label(e), r->dev,
 					fmt_size(room, b1));
 		return 0;
 	}
 	if (e->size % g) {
 		char b4[32], b5[32];
-		return quiet ? -EINVAL : pma__err(-EINVAL, "%s: size %s is not a multiple of %s "
+		return quiet ? -EINVAL : pma_ns__err(-EINVAL, "%s: size %s is not a multiple of %s "
 				"on %s (region alignment %s, %u-way interleave, align %s): "
 				"did you mean %s?", label(e), fmt_size(e->size, b1),
 				fmt_size(g, b2), r->dev, fmt_size(r->align, b3),
@@ -428,7 +428,7 @@ fits(struct planner *pl, const struct pma_prov_ns *e, struct booking *bk, uint64
 				fmt_size(e->size / g ? e->size / g * g : g, b5));
 	}
 	if (e->size > room)
-		return quiet ? -ENOSPC : pma__err(-ENOSPC, "%s: %s has %s free in one piece, %s "
+		return quiet ? -ENOSPC : pma_ns__err(-ENOSPC, "%s: %s has %s free in one piece, %s "
 				"needed", label(e), r->dev, fmt_size(room, b1),
 				fmt_size(e->size, b2));
 	*size = e->size;
@@ -447,9 +447,9 @@ plan_create(struct planner *pl, const struct pma_prov_ns *e)
 	if (e->region) {
 		bk = booking_of(pl, e->region);
 		if (!bk)
-			return pma__err(-ENOENT, "%s: no region %s on this node", e->name, e->region);
+			return pma_ns__err(-ENOENT, "%s: no region %s on this node", e->name, e->region);
 		if (e->numa_node >= 0 && bk->r->numa_node != e->numa_node)
-			return pma__err(PMA_E_CONFLICT, "%s: %s is on NUMA node %d, the description "
+			return pma_ns__err(PMA_E_CONFLICT, "%s: %s is on NUMA node %d, the description "
 					"wants node %d", e->name, e->region, bk->r->numa_node,
 					e->numa_node);
 		if ((rc = fits(pl, e, bk, &size, 0)))
@@ -470,7 +470,7 @@ plan_create(struct planner *pl, const struct pma_prov_ns *e)
 					bk = b;
 			}
 		if (!on_node)
-			return pma__err(-ENODEV, "%s: no NVDIMM region on NUMA node %d", e->name,
+			return pma_ns__err(-ENODEV, "%s: no NVDIMM region on NUMA node %d", e->name,
 					e->numa_node);
 		if (!bk) {
 			/* Explain with the first region of the node. */
@@ -480,10 +480,10 @@ plan_create(struct planner *pl, const struct pma_prov_ns *e)
 					continue;
 				rc = fits(pl, e, b, &size, 0);
 				if (!rc)
-					rc = pma__err(-ENOSPC, "%s: no room", e->name);
+					rc = pma_ns__err(-ENOSPC, "%s: no room", e->name);
 				if (on_node == 1)
 					return rc;
-				return pma__err_prefix(rc, "%s: none of the %zu regions%s can hold "
+				return pma_ns__err_prefix(rc, "%s: none of the %zu regions%s can hold "
 						"it; the first says", e->name, on_node,
 						e->numa_node >= 0 ? " on that node" : "");
 			}
@@ -534,19 +534,19 @@ pma_prov_plan_new(const struct pma_ns_state *cur, const struct pma_prov_spec *wa
 	int rc = 0;
 
 	if (!cur || !want || !out)
-		return pma__err(-EINVAL, "pma_prov_plan_new: state, description and out are required");
+		return pma_ns__err(-EINVAL, "pma_prov_plan_new: state, description and out are required");
 	*out = NULL;
 	if (cur->nreg == 0)
-		return pma__err(-ENODEV, "nothing to provision: %s",
+		return pma_ns__err(-ENODEV, "nothing to provision: %s",
 				cur->absent ? cur->absent : "no NVDIMM region on this machine");
 	if (pma_prov_spec_count(want) == 0)
-		return pma__err(-EINVAL, "the description lists no namespace");
+		return pma_ns__err(-EINVAL, "the description lists no namespace");
 	pl.plan = calloc(1, sizeof(*pl.plan));
 	pl.book = calloc(cur->nreg, sizeof(*pl.book));
 	pl.claimed = calloc(cur->nns + 1, 1);
 	pl.replaced = calloc(cur->nns + 1, 1);
 	if (!pl.plan || !pl.book || !pl.claimed || !pl.replaced) {
-		rc = pma__err(-ENOMEM, "out of memory");
+		rc = pma_ns__err(-ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < cur->nreg; i++) {
@@ -565,7 +565,7 @@ pma_prov_plan_new(const struct pma_ns_state *cur, const struct pma_prov_spec *wa
 	size_t n = pma_prov_spec_count(want);
 	char *create = calloc(n + 1, 1);
 	if (!create) {
-		rc = pma__err(-ENOMEM, "out of memory");
+		rc = pma_ns__err(-ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++) {

@@ -20,7 +20,7 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 	int rc;
 
 	if (!p)
-		return pma__err(-EINVAL, "pma_prov_plan_apply: plan is required");
+		return pma_ns__err(-EINVAL, "pma_prov_plan_apply: plan is required");
 	if (pma_prov_plan_changes(p) == 0)
 		return 0;
 	if ((rc = pma_ns__ctx_new(&ctx)))
@@ -46,14 +46,14 @@ pma_prov_plan_apply(struct pma_prov_plan *p)
 			continue;
 		}
 		if (rc) {
-			rc = pma__err_prefix(rc, "%s", a->what);
+			rc = pma_ns__err_prefix(rc, "%s", a->what);
 			break;
 		}
 		a->done = 1;
 		a->result_dev = pma_ns__plan_str(p, dev[0] ? dev : NULL);
 		a->result_chardev = pma_ns__plan_str(p, chardev[0] ? chardev : NULL);
 		if (p->oom)
-			rc = pma__err(-ENOMEM, "out of memory");
+			rc = pma_ns__err(-ENOMEM, "out of memory");
 	}
 	pma_ns__ctx_free(&ctx);
 	return rc;
@@ -81,7 +81,7 @@ find_one(const struct pma_ns_state *s, const char *selector, const struct pma_ns
 				s->ns[i].region);
 	}
 	if (found > 1)
-		return pma__err(-EINVAL, "'%s' names %zu namespaces (%s): give the device "
+		return pma_ns__err(-EINVAL, "'%s' names %zu namespaces (%s): give the device "
 				"(namespaceX.Y)", selector, found, list);
 	if (!found) {
 		for (size_t i = 0; i < s->nns; i++) {
@@ -90,7 +90,7 @@ find_one(const struct pma_ns_state *s, const char *selector, const struct pma_ns
 					s->ns[i].dev, s->ns[i].name ? " (" : "",
 					s->ns[i].name ? s->ns[i].name : "", s->ns[i].name ? ")" : "");
 		}
-		return pma__err(-ENOENT, "no namespace '%s' (namespaces: %s)", selector,
+		return pma_ns__err(-ENOENT, "no namespace '%s' (namespaces: %s)", selector,
 				list[0] ? list : "none");
 	}
 	*out = n;
@@ -108,7 +108,7 @@ read_with(struct ndctl_ctx **ctx, struct pma_ns_state **s)
 	if (!rc)
 		rc = pma_ns__state_fill(*ctx, *s);
 	if (!rc && (*s)->nreg == 0)
-		rc = pma__err(-ENODEV, "%s", (*s)->absent);
+		rc = pma_ns__err(-ENODEV, "%s", (*s)->absent);
 	return rc;
 }
 
@@ -122,21 +122,21 @@ pma_ns_destroy(const char *selector, unsigned flags)
 	int rc;
 
 	if (!selector || !*selector)
-		return pma__err(-EINVAL, "pma_ns_destroy: which namespace?");
+		return pma_ns__err(-EINVAL, "pma_ns_destroy: which namespace?");
 	rc = read_with(&ctx, &s);
 	if (!rc)
 		rc = find_one(s, selector, &n);
 	if (rc)
 		goto out;
 	if (n->in_use) {
-		rc = pma__err(-EBUSY, "%s (%s) is in use: a process has it open or mapped, or it is "
+		rc = pma_ns__err(-EBUSY, "%s (%s) is in use: a process has it open or mapped, or it is "
 				"mounted; it cannot be destroyed while in use, force or not", n->dev,
 				n->chardev ? n->chardev : n->blockdev ? n->blockdev : "no device");
 		goto out;
 	}
 	if (!(flags & PMA_NS_FORCE)) {
 		if (n->mode == PMA_NS_MODE_FSDAX || n->mode == PMA_NS_MODE_SECTOR) {
-			rc = pma__err(PMA_E_REFUSED, "%s is %s: it may hold a file system; pass force "
+			rc = pma_ns__err(PMA_E_REFUSED, "%s is %s: it may hold a file system; pass force "
 					"to destroy it", n->dev, pma_ns_mode_name(n->mode));
 			goto out;
 		}
@@ -144,13 +144,13 @@ pma_ns_destroy(const char *selector, unsigned flags)
 			snprintf(path, sizeof(path), "/dev/%s", n->chardev);
 			int pool = pma_ns__dax_holds_pool(path, n->align);
 			if (pool == 1) {
-				rc = pma__err(PMA_E_REFUSED, "%s (%s) holds a pmckpt pool: destroying "
+				rc = pma_ns__err(PMA_E_REFUSED, "%s (%s) holds a pmckpt pool: destroying "
 						"it loses every checkpoint in it; pass force to do "
 						"it", n->dev, path);
 				goto out;
 			}
 			if (pool < 0) {
-				rc = pma__err(PMA_E_REFUSED, "cannot tell whether %s (%s) holds a "
+				rc = pma_ns__err(PMA_E_REFUSED, "cannot tell whether %s (%s) holds a "
 						"pmckpt pool (%s); pass force to destroy it anyway",
 						n->dev, path, strerror(-pool));
 				goto out;
@@ -175,7 +175,7 @@ converge(struct pma_prov_spec *spec, unsigned flags, char *chardev, size_t len)
 
 	rc = pma_ns_state_read(&s);
 	if (!rc && s->nreg == 0)
-		rc = pma__err(-ENODEV, "%s", s->absent);
+		rc = pma_ns__err(-ENODEV, "%s", s->absent);
 	if (!rc)
 		rc = pma_prov_plan_new(s, spec, flags, &p);
 	if (!rc)
@@ -191,7 +191,8 @@ converge(struct pma_prov_spec *spec, unsigned flags, char *chardev, size_t len)
 			}
 			if (c && (a.op != PMA_PROV_UNMANAGED && a.op != PMA_PROV_INIT_LABELS)) {
 				if ((size_t)snprintf(chardev, len, "%s", c) >= len)
-					rc = pma__err(-ENAMETOOLONG, "%s does not fit in %zu bytes", c, len);
+					rc = pma_ns__err(-ENAMETOOLONG, "%s does not fit in %zu bytes",
+							c, len);
 				break;
 			}
 		}
@@ -208,7 +209,7 @@ pma_ns_create(const struct pma_prov_ns *ns, unsigned flags, char *chardev, size_
 	int rc;
 
 	if (!ns || !ns->name || ns->dev)
-		return pma__err(-EINVAL, "pma_ns_create: a named namespace without dev= is required");
+		return pma_ns__err(-EINVAL, "pma_ns_create: a named namespace without dev= is required");
 	rc = pma_prov_spec_new(&spec);
 	if (!rc)
 		rc = pma_prov_spec_add(spec, ns);
@@ -228,10 +229,10 @@ pma_ns_reconfigure(const char *dev, uint64_t align, const char *name, unsigned f
 	int rc;
 
 	if (!dev || !*dev)
-		return pma__err(-EINVAL, "pma_ns_reconfigure: which namespace?");
+		return pma_ns__err(-EINVAL, "pma_ns_reconfigure: which namespace?");
 	rc = pma_ns_state_read(&s);
 	if (!rc && s->nreg == 0)
-		rc = pma__err(-ENODEV, "%s", s->absent);
+		rc = pma_ns__err(-ENODEV, "%s", s->absent);
 	if (!rc)
 		rc = find_one(s, dev, &n);
 	if (!rc)

@@ -39,9 +39,9 @@ int
 pma_prov_spec_new(struct pma_prov_spec **out)
 {
 	if (!out)
-		return pma__err(-EINVAL, "pma_prov_spec_new: out is required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_new: out is required");
 	*out = calloc(1, sizeof(**out));
-	return *out ? 0 : pma__err(-ENOMEM, "out of memory");
+	return *out ? 0 : pma_ns__err(-ENOMEM, "out of memory");
 }
 
 void
@@ -87,17 +87,17 @@ int
 pma_prov_spec_allow_init_labels(struct pma_prov_spec *s, const char *region)
 {
 	if (!s)
-		return pma__err(-EINVAL, "pma_prov_spec_allow_init_labels: spec is required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_allow_init_labels: spec is required");
 	if (!region || strcmp(region, "all") == 0) {
 		s->init_all = 1;
 		return 0;
 	}
 	char **n = realloc(s->init, (s->ninit + 1) * sizeof(*n));
 	if (!n)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	s->init = n;
 	if (!(s->init[s->ninit] = strdup(region)))
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	s->ninit++;
 	return 0;
 }
@@ -132,44 +132,45 @@ pma_prov_spec_add(struct pma_prov_spec *s, const struct pma_prov_ns *ns)
 	char buf[32];
 
 	if (!s || !ns)
-		return pma__err(-EINVAL, "pma_prov_spec_add: spec and namespace are required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_add: spec and namespace are required");
 	const char *label = ns->name ? ns->name : ns->dev ? ns->dev : "?";
 	if (!ns->name && !ns->dev)
-		return pma__err(-EINVAL, "a namespace needs a name (or dev= to take over an existing one)");
+		return pma_ns__err(-EINVAL,
+				"a namespace needs a name (or dev= to take over an existing one)");
 	if (ns->name && !valid_name(ns->name))
-		return pma__err(-EINVAL, "bad namespace name '%s': 1 to %d characters of "
+		return pma_ns__err(-EINVAL, "bad namespace name '%s': 1 to %d characters of "
 				"A-Z a-z 0-9 . _ -", ns->name, PMA_NS_NAME_MAX - 1);
 	if (ns->region && !valid_token(ns->region))
-		return pma__err(-EINVAL, "%s: bad region '%s'", label, ns->region);
+		return pma_ns__err(-EINVAL, "%s: bad region '%s'", label, ns->region);
 	if (ns->dev && !valid_token(ns->dev))
-		return pma__err(-EINVAL, "%s: bad device '%s'", label, ns->dev);
+		return pma_ns__err(-EINVAL, "%s: bad device '%s'", label, ns->dev);
 	if (ns->numa_node < -1)
-		return pma__err(-EINVAL, "%s: bad NUMA node %d", label, ns->numa_node);
+		return pma_ns__err(-EINVAL, "%s: bad NUMA node %d", label, ns->numa_node);
 	uint64_t align = ns->align ? ns->align : PMA_NS_ALIGN_2M;
 	if (align != PMA_NS_ALIGN_2M && align != PMA_NS_ALIGN_1G)
-		return pma__err(-EINVAL, "%s: alignment %s not supported: devdax namespaces "
+		return pma_ns__err(-EINVAL, "%s: alignment %s not supported: devdax namespaces "
 				"here are 2M (default) or 1G aligned", label,
 				pma_ns_size_format(align, buf, sizeof(buf)));
 	if (ns->size && ns->size < PMA_NS_MIN_SIZE)
-		return pma__err(-EINVAL, "%s: size %s is below the kernel's minimum of 16 MiB",
+		return pma_ns__err(-EINVAL, "%s: size %s is below the kernel's minimum of 16 MiB",
 				label, pma_ns_size_format(ns->size, buf, sizeof(buf)));
 	if (ns->size % align)
-		return pma__err(-EINVAL, "%s: size %llu is not a multiple of the alignment (%s)",
+		return pma_ns__err(-EINVAL, "%s: size %llu is not a multiple of the alignment (%s)",
 				label, (unsigned long long)ns->size,
 				pma_ns_size_format(align, buf, sizeof(buf)));
 	if (ns->size && ns->dev)
-		return pma__err(-EINVAL, "%s: dev= takes over %s whole: give no size", label, ns->dev);
+		return pma_ns__err(-EINVAL, "%s: dev= takes over %s whole: give no size", label, ns->dev);
 	for (size_t i = 0; i < s->n; i++) {
 		if (ns->name && s->e[i].name && strcmp(s->e[i].name, ns->name) == 0)
-			return pma__err(-EINVAL, "namespace name '%s' is described twice", ns->name);
+			return pma_ns__err(-EINVAL, "namespace name '%s' is described twice", ns->name);
 		if (ns->dev && s->e[i].dev && strcmp(s->e[i].dev, ns->dev) == 0)
-			return pma__err(-EINVAL, "device '%s' is described twice", ns->dev);
+			return pma_ns__err(-EINVAL, "device '%s' is described twice", ns->dev);
 	}
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 8;
 		struct entry *e = realloc(s->e, cap * sizeof(*e));
 		if (!e)
-			return pma__err(-ENOMEM, "out of memory");
+			return pma_ns__err(-ENOMEM, "out of memory");
 		s->e = e;
 		s->cap = cap;
 	}
@@ -182,7 +183,7 @@ pma_prov_spec_add(struct pma_prov_spec *s, const struct pma_prov_ns *ns)
 		free(e->name);
 		free(e->region);
 		free(e->dev);
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	}
 	e->ns = *ns;
 	e->ns.name = e->name;
@@ -217,7 +218,7 @@ prefixed(int rc, const char *ctx)
 
 	if (n < 2)
 		return rc;
-	return pma__err_prefix(rc, "%.*s", (int)(n - 2), ctx);
+	return pma_ns__err_prefix(rc, "%.*s", (int)(n - 2), ctx);
 }
 
 /* Parses statement `line` (already without comment); ctx is "file:3: " or "". */
@@ -232,12 +233,12 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 	if (strcmp(kw, "init-labels") == 0) {
 		char *r = strtok_r(NULL, " \t\r\n", &save);
 		if (!r || strtok_r(NULL, " \t\r\n", &save))
-			return pma__err(-EINVAL, "%sinit-labels takes one region (or all)", ctx);
+			return pma_ns__err(-EINVAL, "%sinit-labels takes one region (or all)", ctx);
 		int rc = pma_prov_spec_allow_init_labels(s, r);
 		return rc ? prefixed(rc, ctx) : 0;
 	}
 	if (strcmp(kw, "namespace") != 0)
-		return pma__err(-EINVAL, "%sunknown statement '%s' (namespace or init-labels)",
+		return pma_ns__err(-EINVAL, "%sunknown statement '%s' (namespace or init-labels)",
 				ctx, kw);
 
 	struct pma_prov_ns ns = {.numa_node = -1};
@@ -248,7 +249,8 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 		char *eq = strchr(tok, '=');
 		if (!eq) {
 			if (ns.name)
-				return pma__err(-EINVAL, "%stwo names: '%s' and '%s' (key=value expected)",
+				return pma_ns__err(-EINVAL,
+						"%stwo names: '%s' and '%s' (key=value expected)",
 						ctx, ns.name, tok);
 			ns.name = tok;
 			continue;
@@ -256,10 +258,10 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 		*eq = '\0';
 		const char *key = tok, *val = eq + 1;
 		if (!*val)
-			return pma__err(-EINVAL, "%s%s= needs a value", ctx, key);
+			return pma_ns__err(-EINVAL, "%s%s= needs a value", ctx, key);
 		if (strcmp(key, "name") == 0) {
 			if (ns.name)
-				return pma__err(-EINVAL, "%stwo names: '%s' and '%s'", ctx, ns.name, val);
+				return pma_ns__err(-EINVAL, "%stwo names: '%s' and '%s'", ctx, ns.name, val);
 			ns.name = val;
 		} else if (strcmp(key, "region") == 0) {
 			ns.region = val;
@@ -271,7 +273,7 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 			if (strcmp(val, "any") == 0)
 				n = -1;
 			else if (*end || n < 0 || n > 65535)
-				return pma__err(-EINVAL, "%snuma=%s: a node number (or any)", ctx, val);
+				return pma_ns__err(-EINVAL, "%snuma=%s: a node number (or any)", ctx, val);
 			ns.numa_node = (int)n;
 		} else if (strcmp(key, "size") == 0) {
 			if (strcmp(val, "all") == 0) {
@@ -281,7 +283,7 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 				if (rc)
 					return prefixed(rc, ctx);
 				if (ns.size == 0)
-					return pma__err(-EINVAL, "%ssize=0: write size=all for "
+					return pma_ns__err(-EINVAL, "%ssize=0: write size=all for "
 							"all free capacity", ctx);
 			}
 		} else if (strcmp(key, "align") == 0) {
@@ -289,31 +291,31 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 			if (rc)
 				return prefixed(rc, ctx);
 			if (ns.align == 0)
-				return pma__err(-EINVAL, "%salign=0 is not an alignment", ctx);
+				return pma_ns__err(-EINVAL, "%salign=0 is not an alignment", ctx);
 		} else if (strcmp(key, "count") == 0) {
 			char *end;
 			count = strtol(val, &end, 10);
 			if (*end || count < 1 || count > MAX_COUNT)
-				return pma__err(-EINVAL, "%scount=%s: 1 to %d", ctx, val, MAX_COUNT);
+				return pma_ns__err(-EINVAL, "%scount=%s: 1 to %d", ctx, val, MAX_COUNT);
 			have_count = 1;
 		} else {
-			return pma__err(-EINVAL, "%sunknown key '%s' (region, numa, size, align, "
+			return pma_ns__err(-EINVAL, "%sunknown key '%s' (region, numa, size, align, "
 					"count, dev, name)", ctx, key);
 		}
 	}
 	if (ns.name && strchr(ns.name, '%') && !have_count)
-		return pma__err(-EINVAL, "%sname '%s' has %%d but no count=", ctx, ns.name);
+		return pma_ns__err(-EINVAL, "%sname '%s' has %%d but no count=", ctx, ns.name);
 	if (count > 1 && (!ns.name || !strchr(ns.name, '%')))
-		return pma__err(-EINVAL, "%scount=%ld needs a name with %%d (like ckpt%%d)",
+		return pma_ns__err(-EINVAL, "%scount=%ld needs a name with %%d (like ckpt%%d)",
 				ctx, count);
 	if (count > 1 && ns.dev)
-		return pma__err(-EINVAL, "%sdev= names one namespace: no count=", ctx);
+		return pma_ns__err(-EINVAL, "%sdev= names one namespace: no count=", ctx);
 	const char *pattern = ns.name;
 	for (long i = 0; i < count; i++) {
 		char name[PMA_NS_NAME_MAX + 16];
 		if (pattern) {
 			if (expand_name(pattern, (int)i, name, sizeof(name)))
-				return pma__err(-EINVAL, "%sname '%s': one %%d and no other %%", ctx,
+				return pma_ns__err(-EINVAL, "%sname '%s': one %%d and no other %%", ctx,
 						pattern);
 			ns.name = name;
 		}
@@ -340,10 +342,10 @@ int
 pma_prov_spec_add_line(struct pma_prov_spec *s, const char *line)
 {
 	if (!s || !line)
-		return pma__err(-EINVAL, "pma_prov_spec_add_line: spec and line are required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_add_line: spec and line are required");
 	char *copy = strdup(line);
 	if (!copy)
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	copy[strcspn(copy, "#")] = '\0';
 	/* A bare "NAME key=val" from a command line means a namespace. */
 	char *p = copy + strspn(copy, " \t");
@@ -358,7 +360,7 @@ pma_prov_spec_add_line(struct pma_prov_spec *s, const char *line)
 		char *full = malloc(n);
 		if (!full) {
 			free(copy);
-			return pma__err(-ENOMEM, "out of memory");
+			return pma_ns__err(-ENOMEM, "out of memory");
 		}
 		snprintf(full, n, "namespace %s", p);
 		rc = parse_statement(s, full, "");
@@ -377,7 +379,7 @@ pma_prov_spec_parse(const char *text, const char *origin, struct pma_prov_spec *
 	int rc;
 
 	if (!text || !out)
-		return pma__err(-EINVAL, "pma_prov_spec_parse: text and out are required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_parse: text and out are required");
 	*out = NULL;
 	rc = pma_prov_spec_new(&s);
 	if (rc)
@@ -388,7 +390,7 @@ pma_prov_spec_parse(const char *text, const char *origin, struct pma_prov_spec *
 		char *line = strndup(p, len);
 		lineno++;
 		if (!line) {
-			rc = pma__err(-ENOMEM, "out of memory");
+			rc = pma_ns__err(-ENOMEM, "out of memory");
 			break;
 		}
 		line[strcspn(line, "#")] = '\0';
@@ -411,15 +413,15 @@ int
 pma_prov_spec_load(const char *path, struct pma_prov_spec **out)
 {
 	if (!path || !out)
-		return pma__err(-EINVAL, "pma_prov_spec_load: path and out are required");
+		return pma_ns__err(-EINVAL, "pma_prov_spec_load: path and out are required");
 	*out = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return pma__err(-errno, "open %s: %s", path, strerror(errno));
+		return pma_ns__err(-errno, "open %s: %s", path, strerror(errno));
 	char *buf = malloc(MAX_FILE + 1);
 	if (!buf) {
 		close(fd);
-		return pma__err(-ENOMEM, "out of memory");
+		return pma_ns__err(-ENOMEM, "out of memory");
 	}
 	size_t len = 0;
 	for (;;) {
@@ -428,7 +430,7 @@ pma_prov_spec_load(const char *path, struct pma_prov_spec **out)
 			int e = errno;
 			free(buf);
 			close(fd);
-			return pma__err(-e, "read %s: %s", path, strerror(e));
+			return pma_ns__err(-e, "read %s: %s", path, strerror(e));
 		}
 		if (n == 0)
 			break;
@@ -436,7 +438,7 @@ pma_prov_spec_load(const char *path, struct pma_prov_spec **out)
 		if (len > MAX_FILE) {
 			free(buf);
 			close(fd);
-			return pma__err(-EINVAL, "%s: larger than %d bytes: not a provisioning "
+			return pma_ns__err(-EINVAL, "%s: larger than %d bytes: not a provisioning "
 					"description", path, MAX_FILE);
 		}
 	}
@@ -444,7 +446,7 @@ pma_prov_spec_load(const char *path, struct pma_prov_spec **out)
 	buf[len] = '\0';
 	if (memchr(buf, '\0', len)) {
 		free(buf);
-		return pma__err(-EINVAL, "%s: binary data: not a provisioning description", path);
+		return pma_ns__err(-EINVAL, "%s: binary data: not a provisioning description", path);
 	}
 	int rc = pma_prov_spec_parse(buf, path, out);
 	free(buf);

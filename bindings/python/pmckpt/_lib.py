@@ -12,6 +12,10 @@ Where the library is found, first match wins:
   3. ctypes.util.find_library("pmckpt"): an installed library (make install).
 libpmckpt.so.0 finds libpmalloc.so.0 beside it (RUNPATH $ORIGIN); symbols of
 both are reached through the one handle (dlsym searches the dependencies).
+Namespace names ("ckpt0") are resolved by libpmalloc_ns.so.0 (pma_ns_dax_path),
+which libpmckpt does not link: it is loaded optionally, from beside the
+libpmckpt.so.0 found above, else by its soname; without it, namespace names
+cannot be resolved (optional("pma_ns_dax_path") is None).
 """
 import ctypes
 import ctypes.util
@@ -255,21 +259,43 @@ def _load():
                       "or set PMCKPT_LIBRARY") + ")")
 
 
+def _load_ns(pmckpt_path):
+    """libpmalloc_ns.so.0 beside libpmckpt.so.0 (by soname when that was found by
+    name), or None: the library is optional."""
+    here = os.path.dirname(pmckpt_path)
+    try:
+        return ctypes.CDLL(os.path.join(here, "libpmalloc_ns.so.0") if here else "libpmalloc_ns.so.0")
+    except OSError:
+        return None
+
+
 lib, path = _load()
+ns_lib = _load_ns(path)
+
+
+def _symbol(name):
+    """`name` from libpmckpt (and libpmalloc), else from libpmalloc_ns; None if neither has it."""
+    for h in (lib, ns_lib):
+        f = getattr(h, name, None) if h is not None else None
+        if f is not None:
+            return f
+    return None
+
+
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
 for _name, (_res, _args) in _OPTIONAL.items():
-    _f = getattr(lib, _name, None)
+    _f = _symbol(_name)
     if _f is not None:
         _f.restype = _res
         _f.argtypes = _args
 
 
 def optional(name):
-    """The function `name` if this library has it, else None."""
-    return getattr(lib, name, None) if name in _OPTIONAL else None
+    """The function `name` if the libraries loaded have it, else None."""
+    return _symbol(name) if name in _OPTIONAL else None
 
 
 def errormsg():

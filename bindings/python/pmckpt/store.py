@@ -235,7 +235,7 @@ class Store:
 
     Store(path) puts it on persistent memory: a devdax device, a file on an
     fsdax file system, or a devdax namespace name ("ckpt0", resolved with
-    libpmalloc's pma_ns_dax_path).  A missing file is created at the first
+    libpmalloc_ns's pma_ns_dax_path).  A missing file is created at the first
     save, of `size` bytes (e.g. 8 << 30), or, without size, sized for two
     slots of the first state_dict as the ramdisk file is.  A blank device is
     formatted; one holding other data or a damaged pool is refused
@@ -333,7 +333,8 @@ class Store:
             return self.path
         resolve = _lib.optional("pma_ns_dax_path")
         if resolve is None:
-            raise Error(f"'{self.path}' is no file, and this libpmalloc cannot resolve namespace names")
+            raise Error(f"'{self.path}' is no file, and namespace names cannot be resolved "
+                        "(libpmalloc_ns.so.0 not found beside libpmckpt.so.0)")
         buf = ctypes.create_string_buffer(4096)
         check(resolve(self.path.encode(), -1, buf, len(buf)), f"namespace '{self.path}'")
         self._resolved = buf.value.decode()

@@ -643,7 +643,12 @@ def test_torn_source():
 
 
 def test_namespace_name():
-    """A name that is no path is a devdax namespace name, resolved by libpmalloc."""
+    """A name that is no path is a devdax namespace name, resolved by libpmalloc_ns
+    (loaded beside libpmckpt.so.0 where it was built or installed)."""
+    from pmckpt import _lib
+    beside = os.path.join(os.path.dirname(_lib.path), "libpmalloc_ns.so.0")
+    if os.path.exists(beside) and _lib.optional("pma_ns_dax_path") is None:
+        return f"{beside} is there but pma_ns_dax_path was not found through it"
     with pmckpt.Store("ckpt-none", name="ns") as s:
         try:
             s.save({"w": torch.ones(2)}, 1)
@@ -652,6 +657,8 @@ def test_namespace_name():
             T.diag(f"{type(e).__name__}: {e}")
             if "ckpt-none" not in str(e):
                 return f"the message does not name the namespace: {e}"
+            if os.path.exists(beside) and "namespace 'ckpt-none'" not in str(e):
+                return f"not resolved by pma_ns_dax_path: {e}"
 
 
 def test_pip_install():
