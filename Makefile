@@ -23,10 +23,13 @@ SOVER   := 0
 CC      ?= cc
 PKG_CONFIG ?= pkg-config
 # Packages of each library: its shared object links these alone.
-PMALLOC_DEPS := libpmem2 libxxhash numa json-c libndctl libdaxctl
+# libpmalloc allocates; provisioning (pma_ns_*, pma_prov_*: libndctl, libdaxctl,
+# JSON) is libpmalloc_ns, which links libpmalloc.
+PMALLOC_DEPS := libpmem2 libxxhash numa
+PMALLOC_NS_DEPS := json-c libndctl libdaxctl
 RUNTIME_DEPS := libpmem2 libxxhash numa json-c
 DDIO_DEPS    := libpci json-c
-DEPS    := $(sort $(PMALLOC_DEPS) $(RUNTIME_DEPS) $(DDIO_DEPS))
+DEPS    := $(sort $(PMALLOC_DEPS) $(PMALLOC_NS_DEPS) $(RUNTIME_DEPS) $(DDIO_DEPS))
 
 ifeq ($(SANITIZE),1)
 BUILD   ?= build/asan
@@ -60,9 +63,11 @@ $(CONFIG): FORCE
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(DEPS))"; \
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(DEPS))"; \
 	   echo "PMALLOC_LIBS := $$($(PKG_CONFIG) --libs $(PMALLOC_DEPS))"; \
+	   echo "PMALLOC_NS_LIBS := $$($(PKG_CONFIG) --libs $(PMALLOC_NS_DEPS))"; \
 	   echo "RUNTIME_LIBS := $$($(PKG_CONFIG) --libs $(RUNTIME_DEPS))"; \
 	   echo "DDIO_LIBS := $$($(PKG_CONFIG) --libs $(DDIO_DEPS))"; \
 	   echo "PMALLOC_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(PMALLOC_DEPS))"; \
+	   echo "PMALLOC_NS_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(PMALLOC_NS_DEPS))"; \
 	   echo "RUNTIME_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(RUNTIME_DEPS))"; \
 	   echo "DDIO_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(DDIO_DEPS))"; \
 	   echo "FOUND_MPI_PC := $$(for p in ompi-c mpich mpi; do $(PKG_CONFIG) --exists $$p && { echo $$p; break; }; done)"; \
@@ -95,7 +100,9 @@ MPI     ?= $(if $(MPICC),1,0)
 
 # common/: helpers compiled into every library that needs them (error messages).
 COMMON_SRC  := common/errmsg.c
-PMALLOC_SRC := $(wildcard pmalloc/*.c) $(COMMON_SRC)
+PMALLOC_NS_SRC := pmalloc/ndctl.c $(wildcard pmalloc/ns_*.c pmalloc/provision*.c)
+PMALLOC_SRC := $(filter-out $(PMALLOC_NS_SRC),$(wildcard pmalloc/*.c)) $(COMMON_SRC)
+PMALLOC_NS_SRC += $(COMMON_SRC)
 DDIO_SRC    := $(wildcard ddio/*.c) $(COMMON_SRC)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON_SRC)
 TOOL_SRC    := $(wildcard tools/*.c)
@@ -103,6 +110,7 @@ TOOLLIB     := $(BUILD)/libtoolutil.a
 TEST_SRC    := $(wildcard tests/*.c)
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
+PMALLOC_NS_OBJ := $(PMALLOC_NS_SRC:%.c=$(BUILD)/%.o)
 DDIO_OBJ    := $(DDIO_SRC:%.c=$(BUILD)/%.o)
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
@@ -118,10 +126,14 @@ RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
 endif
 TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
-LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER) \
-               $(BUILD)/libddio.so.$(SOVER)
-PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmckpt.pc $(BUILD)/ddio.pc
+# Tools and tests link LINK_A; those that provision (pmctl, tests/pmctl_*) NS_A too.
+LINK_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
+NS_A        := $(BUILD)/libpmalloc_ns.a
+NS_USERS    := $(BUILD)/pmctl $(filter $(BUILD)/tests/pmctl_%,$(TESTS))
+LIBS_A      := $(NS_A) $(LINK_A)
+LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmalloc_ns.so.$(SOVER) \
+               $(BUILD)/libpmckpt.so.$(SOVER) $(BUILD)/libddio.so.$(SOVER)
+PCS         := $(BUILD)/pmalloc.pc $(BUILD)/pmalloc_ns.pc $(BUILD)/pmckpt.pc $(BUILD)/ddio.pc
 
 ifeq ($(MPI),1)
 ifeq ($(CONFIG_LOADED)$(MPICC),1)
@@ -152,6 +164,18 @@ $(file > $(FLAGS_STAMP),$(FLAGS_NOW))
 endif
 endif
 
+# The objects of each library: a change of the lists (a source moved to another
+# library, or removed) rewrites this stamp: the archives are rebuilt whole and the
+# shared objects relinked.
+OBJS_STAMP := $(BUILD)/objs.stamp
+OBJS_NOW   := $(PMALLOC_OBJ) | $(PMALLOC_NS_OBJ) | $(RUNTIME_OBJ) | $(DDIO_OBJ)
+ifdef CONFIG_LOADED
+ifneq ($(file < $(OBJS_STAMP)),$(OBJS_NOW))
+$(shell mkdir -p $(BUILD))
+$(file > $(OBJS_STAMP),$(OBJS_NOW))
+endif
+endif
+
 # Header dependencies come from the compiler (-MMD -MP: $(BUILD)/.../*.d).
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -162,27 +186,37 @@ $(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h common/err
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 # Archives are rebuilt whole (rm first), so a removed source leaves no stale object.
-$(BUILD)/libpmalloc.a: $(PMALLOC_OBJ)
+$(BUILD)/libpmalloc.a: $(PMALLOC_OBJ) $(OBJS_STAMP)
 	@rm -f $@
-	$(AR) rcs $@ $^
-$(BUILD)/libpmckpt.a: $(RUNTIME_OBJ)
+	$(AR) rcs $@ $(filter %.o,$^)
+$(BUILD)/libpmalloc_ns.a: $(PMALLOC_NS_OBJ) $(OBJS_STAMP)
 	@rm -f $@
-	$(AR) rcs $@ $^
-$(BUILD)/libddio.a: $(DDIO_OBJ)
+	$(AR) rcs $@ $(filter %.o,$^)
+$(BUILD)/libpmckpt.a: $(RUNTIME_OBJ) $(OBJS_STAMP)
+	@rm -f $@
+	$(AR) rcs $@ $(filter %.o,$^)
+$(BUILD)/libddio.a: $(DDIO_OBJ) $(OBJS_STAMP)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(AR) rcs $@ $(filter %.o,$^)
 
-$(BUILD)/libpmalloc.so.$(SOVER): $(PMALLOC_OBJ) pmalloc/pmalloc.sym $(FLAGS_STAMP)
+$(BUILD)/libpmalloc.so.$(SOVER): $(PMALLOC_OBJ) pmalloc/pmalloc.sym $(FLAGS_STAMP) $(OBJS_STAMP)
 	$(CC) -shared -Wl,-soname,libpmalloc.so.$(SOVER) -Wl,--version-script=pmalloc/pmalloc.sym \
 		-Wl,--no-undefined $(LDFLAGS) -o $@ $(PMALLOC_OBJ) $(PMALLOC_LIBS)
 	ln -sf libpmalloc.so.$(SOVER) $(BUILD)/libpmalloc.so
-$(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpmalloc.so.$(SOVER) $(FLAGS_STAMP)
+$(BUILD)/libpmalloc_ns.so.$(SOVER): $(PMALLOC_NS_OBJ) pmalloc/pmalloc_ns.sym $(BUILD)/libpmalloc.so.$(SOVER) \
+		$(FLAGS_STAMP) $(OBJS_STAMP)
+	$(CC) -shared -Wl,-soname,libpmalloc_ns.so.$(SOVER) -Wl,--version-script=pmalloc/pmalloc_ns.sym \
+		-Wl,-rpath,'$$ORIGIN' -Wl,--no-undefined $(LDFLAGS) -o $@ $(PMALLOC_NS_OBJ) -L$(BUILD) -lpmalloc \
+		$(PMALLOC_NS_LIBS)
+	ln -sf libpmalloc_ns.so.$(SOVER) $(BUILD)/libpmalloc_ns.so
+$(BUILD)/libpmckpt.so.$(SOVER): $(RUNTIME_OBJ) runtime/pmckpt.sym $(BUILD)/libpmalloc.so.$(SOVER) $(FLAGS_STAMP) \
+		$(OBJS_STAMP)
 	$(CC) -shared -Wl,-soname,libpmckpt.so.$(SOVER) -Wl,--version-script=runtime/pmckpt.sym \
 		-Wl,-rpath,'$$ORIGIN' -Wl,--no-undefined $(LDFLAGS) -o $@ $(RUNTIME_OBJ) -L$(BUILD) -lpmalloc \
 		$(RUNTIME_LIBS) $(CUDA_LIBS)
 	ln -sf libpmckpt.so.$(SOVER) $(BUILD)/libpmckpt.so
-$(BUILD)/libddio.so.$(SOVER): $(DDIO_OBJ) ddio/ddio.sym $(FLAGS_STAMP)
+$(BUILD)/libddio.so.$(SOVER): $(DDIO_OBJ) ddio/ddio.sym $(FLAGS_STAMP) $(OBJS_STAMP)
 	$(CC) -shared -Wl,-soname,libddio.so.$(SOVER) -Wl,--version-script=ddio/ddio.sym \
 		-Wl,--no-undefined $(LDFLAGS) -o $@ $(DDIO_OBJ) $(DDIO_LIBS) $(CUDA_LIBS)
 	ln -sf libddio.so.$(SOVER) $(BUILD)/libddio.so
@@ -193,13 +227,13 @@ $(BUILD)/mpi/%.o: mpi/%.c $(FLAGS_STAMP)
 	$(MPICC) $(CFLAGS) -MMD -MP -c -o $@ $<
 $(BUILD)/libpmckpt_mpi.a: $(patsubst mpi/%.c,$(BUILD)/mpi/%.o,$(wildcard mpi/*.c))
 	$(AR) rcs $@ $^
-$(MPI_TOOLS): $(BUILD)/%: tools/mpi/%.c $(MPI_LIB) $(LIBS_A) $(TOOLLIB) $(FLAGS_STAMP)
+$(MPI_TOOLS): $(BUILD)/%: tools/mpi/%.c $(MPI_LIB) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	@mkdir -p $(BUILD)/tools/mpi
 	$(MPICC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tools/mpi/$*.d -MT $@ -o $@ $< $(TOOLLIB) $(MPI_LIB) \
-		$(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
-$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(LIBS_A) $(FLAGS_STAMP)
+		$(LINK_A) $(LDFLAGS) $(LDLIBS) -lm
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(LINK_A) $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(MPICC) $(CFLAGS) -Itests -MMD -MP -o $@ $< $(MPI_LIB) $(LIBS_A) $(LDFLAGS) $(LDLIBS) -lm
+	$(MPICC) $(CFLAGS) -Itests -MMD -MP -o $@ $< $(MPI_LIB) $(LINK_A) $(LDFLAGS) $(LDLIBS) -lm
 
 # Helpers shared by the tools (tools/lib): not installed, not an API.
 $(TOOLLIB): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/lib/*.c))
@@ -207,11 +241,14 @@ $(TOOLLIB): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/lib/*.c))
 	$(AR) rcs $@ $^
 
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
-$(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A) $(TOOLLIB) $(FLAGS_STAMP)
-	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(LIBS_A) $(LDLIBS) -lm
+# NS_LINK: libpmalloc_ns.a (before libpmalloc.a, which it calls) where they provision.
+$(BUILD)/%: $(BUILD)/tools/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A) $(FLAGS_STAMP)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $< $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
+$(NS_USERS): $(NS_A)
+$(NS_USERS): NS_LINK = $(NS_A)
 
 # The .pc files name the install directories (relative to ${prefix} where they
 # lie under it) and each library's private link line: Libs.private, which only
@@ -223,13 +260,14 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A) $(FLAGS_STAMP)
 PC_LIBDIR := $(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))
 PC_INCDIR := $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCDIR))
 PMALLOC_PRIVATE = $(PMALLOC_STATIC_LIBS) -pthread
+PMALLOC_NS_PRIVATE = $(PMALLOC_NS_STATIC_LIBS)
 RUNTIME_PRIVATE = $(RUNTIME_STATIC_LIBS) $(CUDA_LIBS) -pthread
 DDIO_PRIVATE    = $(DDIO_STATIC_LIBS) $(CUDA_LIBS)
 MPI_PC      ?= $(FOUND_MPI_PC)
 MPI_PC_NOTE := $(if $(MPI_PC),needs MPI ($(MPI_PC)),needs MPI: compile and link with mpicc)
 PC_STAMP := $(BUILD)/pc.stamp
-PC_NOW   := $(PREFIX) $(LIBDIR) $(INCDIR) $(VERSION) | $(PMALLOC_PRIVATE) | $(RUNTIME_PRIVATE) \
-            | $(DDIO_PRIVATE) | $(MPI_PC)
+PC_NOW   := $(PREFIX) $(LIBDIR) $(INCDIR) $(VERSION) | $(PMALLOC_PRIVATE) | $(PMALLOC_NS_PRIVATE) \
+            | $(RUNTIME_PRIVATE) | $(DDIO_PRIVATE) | $(MPI_PC)
 ifdef CONFIG_LOADED
 ifneq ($(file < $(PC_STAMP)),$(PC_NOW))
 $(shell mkdir -p $(BUILD))
@@ -238,6 +276,8 @@ endif
 endif
 $(BUILD)/pmalloc.pc: pmalloc/pmalloc.pc.in $(PC_STAMP)
 $(BUILD)/pmalloc.pc: PC_PRIVATE = $(PMALLOC_PRIVATE)
+$(BUILD)/pmalloc_ns.pc: pmalloc/pmalloc_ns.pc.in $(PC_STAMP)
+$(BUILD)/pmalloc_ns.pc: PC_PRIVATE = $(PMALLOC_NS_PRIVATE)
 $(BUILD)/pmckpt.pc: runtime/pmckpt.pc.in $(PC_STAMP)
 $(BUILD)/pmckpt.pc: PC_PRIVATE = $(RUNTIME_PRIVATE)
 $(BUILD)/ddio.pc: ddio/ddio.pc.in $(PC_STAMP)
@@ -302,7 +342,7 @@ install: all
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)
 ifneq ($(SHARED),0)
 	install -m 755 $(LIBS_SO) $(DESTDIR)$(LIBDIR)
-	for l in pmalloc pmckpt ddio; do ln -sf lib$$l.so.$(SOVER) $(DESTDIR)$(LIBDIR)/lib$$l.so; done
+	for l in pmalloc pmalloc_ns pmckpt ddio; do ln -sf lib$$l.so.$(SOVER) $(DESTDIR)$(LIBDIR)/lib$$l.so; done
 endif
 	install -m 644 $(PCS) $(DESTDIR)$(PCDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)

@@ -3,8 +3,10 @@
  * pmalloc_ns.h -- provisioning persistent memory for pmckpt: list NVDIMM buses,
  * regions, namespaces and dax devices; create, reconfigure and destroy
  * devdax namespaces; converge a node to a declared layout; find the
- * /dev/daxX.Y a checkpoint store should open.  Part of libpmalloc (pma_ns_* in
- * pmalloc/ns_*.c, pma_prov_* in pmalloc/provision*.c); formerly pmctl.h.
+ * /dev/daxX.Y a checkpoint store should open.  The library libpmalloc_ns
+ * (pma_ns_* in pmalloc/ns_*.c, pma_prov_* in pmalloc/provision*.c), built on
+ * libpmalloc: link -lpmalloc_ns -lpmalloc (pkg-config pmalloc_ns).  Formerly
+ * pmctl.h, and part of libpmalloc.
  *
  * Everything that touches the machine goes through libndctl and libdaxctl
  * (the libraries behind the ndctl and daxctl commands), never through the

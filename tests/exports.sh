@@ -1,11 +1,14 @@
 #!/bin/sh
 # exports.sh -- each shared library exports its public API and nothing else
-# (issue #21).  For build/libpmalloc.so.0, libpmckpt.so.0 and libddio.so.0:
+# (issue #21).  For build/libpmalloc.so.0, libpmalloc_ns.so.0, libpmckpt.so.0
+# and libddio.so.0:
 #   - no exported symbol contains "__" (an internal: pma__*, pmck__*, ddio__*),
 #     except those named in PRIVATE below;
 #   - every function declared in the library's public headers is exported (a
 #     name forgotten in the .sym file fails here);
 #   - every exported function is declared in those headers.
+# And libpmalloc.so.0, which only allocates, links no libndctl, libdaxctl or
+# json-c (readelf -d: NEEDED): provisioning is libpmalloc_ns.
 # Declarations are found as one line each: `^[a-z].* \*?(pma|pmck|ddio)_name(`.
 B=${BUILD:-build}
 cd "$(dirname "$0")/.." || exit 1
@@ -19,7 +22,8 @@ if [ ! -f "$B/libpmalloc.so.0" ]; then
 fi
 
 # The library, its headers (the part of include/ it implements).
-LIBS="libpmalloc.so.0:include/pmalloc.h,include/pmalloc_ns.h
+LIBS="libpmalloc.so.0:include/pmalloc.h
+libpmalloc_ns.so.0:include/pmalloc_ns.h
 libpmckpt.so.0:include/pmckpt.h
 libddio.so.0:include/ddio.h"
 # Internals a library may export to its sibling, as name@@NODE: none (libpmckpt
@@ -28,7 +32,7 @@ PRIVATE=""
 
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT INT TERM
-echo "1..9"
+echo "1..13"
 n=0
 # result NAME FILE: ok if FILE is empty, else not ok with FILE's lines as comments.
 result() {
@@ -65,3 +69,14 @@ echo "$LIBS" | while IFS=: read -r lib headers; do
 	grep -v '__' "$T/names" | comm -23 - "$T/decl" | sed 's/$/: exported but declared in no public header/' > "$T/out"
 	result "$lib exports nothing its headers do not declare" "$T/out"
 done
+
+# The loop above ran in a subshell (a pipeline's), its n lost: 3 tests a library.
+n=12
+if command -v readelf >/dev/null; then
+	readelf -d "$B/libpmalloc.so.0" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+		grep -E '^lib(ndctl|daxctl|json-c)\.' |
+		sed 's/$/: NEEDED by libpmalloc.so.0 (provisioning belongs to libpmalloc_ns)/' > "$T/out"
+	result "libpmalloc.so.0 links no libndctl, libdaxctl, json-c" "$T/out"
+else
+	echo "ok 13 # SKIP readelf not found"
+fi

@@ -2,7 +2,9 @@
 # install_examples.sh -- what a framework author does: `make install PREFIX=<tmp>`
 # (with the BUILD the tests run with, nothing rebuilt: REBUILD=0), every installed
 # .pc parses and gives clean --cflags (no private package's -I, e.g. json-c) and a
-# complete --static link line (CUDA's runtime when built with CUDA); examples/ built
+# complete --static link line (CUDA's runtime when built with CUDA); pmalloc.pc
+# and pmckpt.pc pull no libndctl/libdaxctl (provisioning is pmalloc_ns.pc, whose
+# library a small pma_ns_* program links shared and static); examples/ built
 # with pkg-config alone, shared (our libraries resolved from the prefix) and static
 # (a SHARED=0 prefix: no .so to fall back on), and run: train_single (pipeline,
 # copy-out keep 3, restart from the local then the shared tier), train_devdax (a
@@ -66,10 +68,10 @@ if ! install_to "$P"; then
 fi
 check "make install PREFIX=<tmp> with BUILD=$B, nothing rebuilt" true
 PC="$P/lib/pkgconfig"
-pcs="pmalloc pmckpt ddio"
+pcs="pmalloc pmalloc_ns pmckpt ddio"
 [ -f "$PC/pmckpt_mpi.pc" ] && pcs="$pcs pmckpt_mpi"
-check "installed pmalloc.pc pmckpt.pc ddio.pc (and pmckpt_mpi.pc with MPI)" \
-	'for p in pmalloc pmckpt ddio; do [ -f "$PC/$p.pc" ]; done &&
+check "installed pmalloc.pc pmalloc_ns.pc pmckpt.pc ddio.pc (and pmckpt_mpi.pc with MPI)" \
+	'for p in pmalloc pmalloc_ns pmckpt ddio; do [ -f "$PC/$p.pc" ]; done &&
 	 { ! ls "$B"/libpmckpt_mpi.a >/dev/null 2>&1 || [ -f "$PC/pmckpt_mpi.pc" ]; }'
 check "every .pc names the temporary prefix (regenerated after a make with another PREFIX)" \
 	'for p in $pcs; do grep -qx "prefix=$P" "$PC/$p.pc"; done'
@@ -77,11 +79,21 @@ export PKG_CONFIG_PATH="$PC"
 check "every .pc validates and gives --cflags --libs and --static --libs ($pcs)" \
 	'for p in $pcs; do pkg-config --validate $p && pkg-config --cflags --libs $p >/dev/null &&
 	 pkg-config --static --libs $p >/dev/null || exit 1; done'
-check "--cflags of pmalloc, pmckpt, ddio is -I<prefix>/include alone (no json-c, no private -I)" \
-	'for p in pmalloc pmckpt ddio; do [ "$(echo $(pkg-config --cflags $p))" = "-I$P/include" ] ||
+check "--cflags of pmalloc, pmalloc_ns, pmckpt, ddio is -I<prefix>/include alone (no json-c, no private -I)" \
+	'for p in pmalloc pmalloc_ns pmckpt ddio; do [ "$(echo $(pkg-config --cflags $p))" = "-I$P/include" ] ||
 	 { echo "$p: $(pkg-config --cflags $p)"; exit 1; }; done'
 check "--libs pmckpt is -L<prefix>/lib -lpmckpt -lpmalloc" \
 	'[ "$(echo $(pkg-config --libs pmckpt))" = "-L$P/lib -lpmckpt -lpmalloc" ]'
+check "--libs pmalloc_ns is -L<prefix>/lib -lpmalloc_ns -lpmalloc" \
+	'[ "$(echo $(pkg-config --libs pmalloc_ns))" = "-L$P/lib -lpmalloc_ns -lpmalloc" ]'
+# libpmalloc only allocates: provisioning (libndctl, libdaxctl, JSON) is libpmalloc_ns.
+check "pkg-config --libs and --static --libs of pmalloc and pmckpt pull no -lndctl -ldaxctl, pmalloc no -ljson-c" \
+	'for a in "" --static; do for p in pmalloc pmckpt; do l=" $(pkg-config $a --libs $p) ";
+	 for x in -lndctl -ldaxctl $([ $p = pmalloc ] && echo -ljson-c); do
+	 case $l in *" $x "*) echo "pkg-config $a --libs $p: $l"; exit 1 ;; esac; done; done; done'
+check "--static --libs pmalloc_ns carries -lpmalloc_ns -lpmalloc -ljson-c -lndctl -ldaxctl -lpmem2" \
+	'l=" $(pkg-config --static --libs pmalloc_ns) "; for x in -lpmalloc_ns -lpmalloc -ljson-c -lndctl -ldaxctl -lpmem2; do
+	 case $l in *" $x "*) ;; *) echo "$l: no $x"; exit 1 ;; esac; done'
 static_libs=$(pkg-config --static --libs pmckpt)
 if grep -q -- '-DPMCK_HAVE_CUDA' "$B/flags.stamp"; then
 	check "CUDA build: --static --libs pmckpt carries -L<cuda>/lib64 -lcudart_static -ldl -lrt -lstdc++" \
@@ -95,10 +107,19 @@ cat > "$T/ddio.c" <<'C'
 #include <ddio.h>
 int main(void) { return puts(ddio_support_name(DDIO_SUPPORT_VERIFIED)) < 0; }
 C
-check "--static --libs pmckpt carries the private packages (-lpmem2 -lxxhash -lnuma -ljson-c -lndctl -ldaxctl)" \
-	'for l in -lpmem2 -lxxhash -lnuma -ljson-c -lndctl -ldaxctl; do echo " $static_libs " | grep -q -- " $l "; done'
-check "shared libraries installed: libpmalloc.so.0 libpmckpt.so.0 libddio.so.0" \
-	'for l in pmalloc pmckpt ddio; do [ -f "$P/lib/lib$l.so.0" ] && [ -L "$P/lib/lib$l.so" ]; done'
+cat > "$T/ns.c" <<'C'
+#include <stdio.h>
+#include <pmalloc_ns.h>
+int main(void) { char b[32]; return puts(pma_ns_size_format(3ull << 30, b, sizeof(b))) < 0; }
+C
+check "--static --libs pmckpt carries the private packages (-lpmem2 -lxxhash -lnuma -ljson-c)" \
+	'for l in -lpmem2 -lxxhash -lnuma -ljson-c; do echo " $static_libs " | grep -q -- " $l "; done'
+check "shared libraries installed: libpmalloc.so.0 libpmalloc_ns.so.0 libpmckpt.so.0 libddio.so.0" \
+	'for l in pmalloc pmalloc_ns pmckpt ddio; do [ -f "$P/lib/lib$l.so.0" ] && [ -L "$P/lib/lib$l.so" ]; done'
+check "installed libpmalloc.so.0 NEEDs no libndctl, libdaxctl, json-c; libpmalloc_ns.so.0 NEEDs them and libpmalloc" \
+	'! readelf -d "$P/lib/libpmalloc.so.0" | grep NEEDED | grep -E "lib(ndctl|daxctl|json-c)\." &&
+	 readelf -d "$P/lib/libpmalloc_ns.so.0" > "$O" &&
+	 for l in libpmalloc.so.0 libndctl libdaxctl libjson-c; do grep NEEDED "$O" | grep -qF "[$l"; done'
 
 # ---- examples, shared
 run env MAKEFLAGS= make -s -C examples OUT="$T/shared" CFLAGS="$EX_CFLAGS" PKG_CONFIG_PATH="$PC"
@@ -165,6 +186,11 @@ check "libddio links from ddio.pc: shared (libddio.so.0 from the prefix) and --s
 	 ldd "$T/ddio" | grep -q "libddio.so.0 => $P/lib/" && "$T/ddio" >/dev/null &&
 	 cc $SAN -o "$T/ddio-s" "$T/ddio.c" $(PKG_CONFIG_PATH=$S/lib/pkgconfig pkg-config --static --cflags --libs ddio) &&
 	 ! ldd "$T/ddio-s" | grep -q libddio && "$T/ddio-s" >/dev/null'
+check "a pma_ns_* program links from pmalloc_ns.pc: shared (libpmalloc_ns.so.0 from the prefix) and --static" \
+	'cc $SAN -o "$T/ns" "$T/ns.c" $(pkg-config --cflags --libs pmalloc_ns) -Wl,-rpath,$P/lib &&
+	 ldd "$T/ns" | grep -q "libpmalloc_ns.so.0 => $P/lib/" && "$T/ns" | grep -q GiB &&
+	 cc $SAN -o "$T/ns-s" "$T/ns.c" $(PKG_CONFIG_PATH=$S/lib/pkgconfig pkg-config --static --cflags --libs pmalloc_ns) &&
+	 ! ldd "$T/ns-s" | grep -q libpmalloc && "$T/ns-s" | grep -q GiB'
 check "examples build with pkg-config --static alone (STATIC=1)" \
 	'[ $rc = 0 ] && [ -x "$T/static/train_single" ] && [ -x "$T/static/train_devdax" ]'
 check "static binaries need no libpmckpt/libpmalloc .so" \
