@@ -99,6 +99,7 @@ PMALLOC_SRC := $(wildcard pmalloc/*.c) $(COMMON_SRC)
 DDIO_SRC    := $(wildcard ddio/*.c) $(COMMON_SRC)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON_SRC)
 TOOL_SRC    := $(wildcard tools/*.c)
+PMCKPT_SRC  := $(wildcard tools/pmckpt/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
 TEST_SRC    := $(wildcard tests/*.c)
 
@@ -116,7 +117,9 @@ CFLAGS  += -DPMCK_HAVE_CUDA -I$(CUDA_HOME)/include
 else
 RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
 endif
-TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+# One program per tools/*.c, and pmckpt from the files of tools/pmckpt/ (one per command group).
+TOOLS       := $(sort $(TOOL_SRC:tools/%.c=$(BUILD)/%) $(BUILD)/pmckpt)
+PMCKPT_OBJ  := $(PMCKPT_SRC:%.c=$(BUILD)/%.o)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBS_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
 LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmckpt.so.$(SOVER) \
@@ -207,8 +210,12 @@ $(TOOLLIB): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/lib/*.c))
 	$(AR) rcs $@ $^
 
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
+# Tools include the shared helpers as "lib/toolutil.h", "lib/json.h" (tools/lib).
+$(BUILD)/tools/%.o: CFLAGS += -Itools
 $(BUILD)/%: $(BUILD)/tools/%.o $(LIBS_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(LIBS_A) $(LDLIBS) -lm
+$(BUILD)/pmckpt: $(PMCKPT_OBJ) $(LIBS_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(PMCKPT_OBJ) $(TOOLLIB) $(LIBS_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS_A) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS) -lm
