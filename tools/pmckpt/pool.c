@@ -87,12 +87,17 @@ free_names(struct names *l)
 	free(l->v);
 }
 
+/* The pool (read-only) and the store of verify --pool and export; 0 or 1 (message printed). */
 static int
-store_open(struct pool_handle *h, const char *pool, const char *name, struct pmck_store **s)
+store_open(const struct opts *o, struct pool_handle *h, struct pmck_store **s)
 {
-	if (pmck_store_open(h->pool, name, s))
-		return tool_fail("%s: store '%s': %s", pool, name, pmck_errormsg());
-	return 0;
+	int ret = pool_open(o->pool, 0, h);
+
+	if (ret == 0 && pmck_store_open(h->pool, o->store, s)) {
+		ret = tool_fail("%s: store '%s': %s", o->pool, o->store, pmck_errormsg());
+		pool_close(h);
+	}
+	return ret;
 }
 
 static void
@@ -318,12 +323,8 @@ cmd_verify_store(const struct opts *o)
 	struct pmck_recovery rec;
 	int ret;
 
-	if ((ret = pool_open(o->pool, 0, &h)))
+	if ((ret = store_open(o, &h, &s)))
 		return ret;
-	if ((ret = store_open(&h, o->pool, o->store, &s))) {
-		pool_close(&h);
-		return ret;
-	}
 	double t0 = tool_now();
 	int r = pmck_store_recover(s, &rec);
 	double dt = tool_now() - t0;
@@ -377,12 +378,8 @@ cmd_export(const struct opts *o)
 
 	if (o->have_rank && o->rank >= (o->have_world ? o->world_size : 1))
 		return tool_usage_error("--rank %llu needs --world-size above it", o->rank);
-	if ((ret = pool_open(o->pool, 0, &h)))
+	if ((ret = store_open(o, &h, &s)))
 		return ret;
-	if ((ret = store_open(&h, o->pool, o->store, &s))) {
-		pool_close(&h);
-		return ret;
-	}
 	if (pmck_store_recover(s, &rec)) {
 		ret = tool_fail("%s: %s", o->pool, pmck_errormsg());
 		goto out;
