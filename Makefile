@@ -106,6 +106,7 @@ PMALLOC_NS_SRC += $(COMMON_SRC)
 DDIO_SRC    := $(wildcard ddio/*.c) $(COMMON_SRC)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON_SRC)
 TOOL_SRC    := $(wildcard tools/*.c)
+PMCKPT_SRC  := $(wildcard tools/pmckpt/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
 TEST_SRC    := $(wildcard tests/*.c)
 
@@ -124,7 +125,9 @@ CFLAGS  += -DPMCK_HAVE_CUDA -I$(CUDA_HOME)/include
 else
 RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
 endif
-TOOLS       := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+# One program per tools/*.c, and pmckpt from the files of tools/pmckpt/ (one per command group).
+TOOLS       := $(sort $(TOOL_SRC:tools/%.c=$(BUILD)/%) $(BUILD)/pmckpt)
+PMCKPT_OBJ  := $(PMCKPT_SRC:%.c=$(BUILD)/%.o)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # Tools and tests link LINK_A; those that provision (pmctl, tests/pmctl_*) NS_A too.
 LINK_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
@@ -242,8 +245,12 @@ $(TOOLLIB): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/lib/*.c))
 
 # Tools and tests link the static libraries: they run from build/ without LD_LIBRARY_PATH.
 # NS_LINK: libpmalloc_ns.a (before libpmalloc.a, which it calls) where they provision.
+# Tools include the shared helpers as "lib/toolutil.h", "lib/json.h" (tools/lib).
+$(BUILD)/tools/%.o: CFLAGS += -Itools
 $(BUILD)/%: $(BUILD)/tools/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
+$(BUILD)/pmckpt: $(PMCKPT_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(PMCKPT_OBJ) $(TOOLLIB) $(LINK_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(NS_LINK) $(LINK_A) $(LDLIBS) -lm

@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +32,7 @@
 #include <unistd.h>
 
 #include "pmalloc_ns.h"
+#include "lib/toolutil.h"
 
 static const char usage_text[] =
 	"usage: pmctl <command> [options]\n"
@@ -60,32 +60,6 @@ static void
 usage(FILE *f)
 {
 	fputs(usage_text, f);
-}
-
-static int
-fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("pmctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return 1;
-}
-
-static int
-usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("pmctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n(pmctl help for usage)\n", stderr);
-	return 2;
 }
 
 static const char *
@@ -141,16 +115,16 @@ get_state(const char *state_file, struct pma_ns_state **s)
 	if (state_file) {
 		char *text = slurp(state_file);
 		if (!text)
-			return fail("%s: %s", state_file, strerror(errno));
+			return tool_fail("%s: %s", state_file, strerror(errno));
 		rc = pma_ns_state_from_json(text, s);
 		free(text);
 		if (rc)
-			return fail("%s: %s", state_file, pma_errormsg());
+			return tool_fail("%s: %s", state_file, pma_errormsg());
 		return 0;
 	}
 	rc = pma_ns_state_read(s);
 	if (rc)
-		return fail("%s", pma_errormsg());
+		return tool_fail("%s", pma_errormsg());
 	return 0;
 }
 
@@ -158,7 +132,7 @@ static int
 print_json(char *json)
 {
 	if (!json)
-		return fail("%s", pma_errormsg());
+		return tool_fail("%s", pma_errormsg());
 	puts(json);
 	free(json);
 	return 0;
@@ -246,11 +220,11 @@ cmd_list(int argc, char **argv)
 		case 'X': flags |= PMA_NS_JSON_DAX; break;
 		case 'S': state_file = optarg; break;
 		case 'h': usage(stdout); return 0;
-		default: return usage_error("list: unknown option");
+		default: return tool_usage_error("list: unknown option");
 		}
 	}
 	if (optind < argc)
-		return usage_error("list: unexpected argument '%s'", argv[optind]);
+		return tool_usage_error("list: unexpected argument '%s'", argv[optind]);
 	if (get_state(state_file, &s))
 		return 1;
 	const char *absent = pma_ns_state_absent_reason(s);
@@ -297,12 +271,12 @@ entry_to_spec(const struct entry_opts *e, struct pma_prov_spec *spec)
 	KV("dev=", e->dev)
 #undef KV
 	if (l >= sizeof(line))
-		return usage_error("namespace options too long");
+		return tool_usage_error("namespace options too long");
 	for (const char *p = line; *p; p++)
 		if (*p == '#')
-			return usage_error("'#' is not allowed in a namespace option");
+			return tool_usage_error("'#' is not allowed in a namespace option");
 	if (pma_prov_spec_add_line(spec, line))
-		return fail("%s", pma_errormsg());
+		return tool_fail("%s", pma_errormsg());
 	return 0;
 }
 
@@ -337,14 +311,14 @@ converge(const char *cmd, struct pma_prov_spec *spec, unsigned flags, int dry_ru
 	if (get_state(state_file, &s))
 		return 1;
 	if (pma_ns_state_nregions(s) == 0) {
-		rc = fail("%s: nothing changed: %s", cmd, pma_ns_state_absent_reason(s));
+		rc = tool_fail("%s: nothing changed: %s", cmd, pma_ns_state_absent_reason(s));
 		pma_ns_state_free(&s);
 		return rc;
 	}
 	rc = pma_prov_plan_new(s, spec, flags, &p);
 	pma_ns_state_free(&s);
 	if (rc)
-		return fail("%s: nothing changed: %s", cmd, pma_errormsg());
+		return tool_fail("%s: nothing changed: %s", cmd, pma_errormsg());
 	size_t changes = pma_prov_plan_changes(p);
 	int arc = 0;
 	if (!dry_run && changes)
@@ -357,7 +331,7 @@ converge(const char *cmd, struct pma_prov_spec *spec, unsigned flags, int dry_ru
 		print_plan(p, !dry_run);
 	}
 	if (arc) {
-		rc = fail("%s: %s", cmd, pma_errormsg());
+		rc = tool_fail("%s: %s", cmd, pma_errormsg());
 	} else if (!changes) {
 		if (!json)
 			printf("pmctl %s: nothing to do: the node already matches the description\n",
@@ -401,7 +375,7 @@ parse_provision(int argc, char **argv, const char *cmd, int need_name)
 	int create = strcmp(cmd, "create") == 0;
 
 	if (!lines)
-		return fail("out of memory");
+		return tool_fail("out of memory");
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "c:N:n:r:m:s:a:k:d:LfDjS:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -440,32 +414,32 @@ parse_provision(int argc, char **argv, const char *cmd, int need_name)
 		case 'h': usage(stdout); rc = 0; goto out;
 		default:
 		bad:
-			rc = usage_error("%s: unknown option", cmd);
+			rc = tool_usage_error("%s: unknown option", cmd);
 			goto out;
 		}
 	}
 	if (optind < argc) {
-		rc = usage_error("%s: unexpected argument '%s'", cmd, argv[optind]);
+		rc = tool_usage_error("%s: unexpected argument '%s'", cmd, argv[optind]);
 		goto out;
 	}
 	if (need_name && !e.name) {
-		rc = usage_error("%s: --name is required", cmd);
+		rc = tool_usage_error("%s: --name is required", cmd);
 		goto out;
 	}
 	/* The config file first, then --ns statements, then the single-entry flags. */
 	if (config ? pma_prov_spec_load(config, &spec) : pma_prov_spec_new(&spec)) {
-		rc = fail("%s: %s", cmd, pma_errormsg());
+		rc = tool_fail("%s: %s", cmd, pma_errormsg());
 		goto out;
 	}
 	for (size_t i = 0; i < nlines; i++)
 		if (pma_prov_spec_add_line(spec, lines[i])) {
-			rc = fail("%s: --ns '%s': %s", cmd, lines[i], pma_errormsg());
+			rc = tool_fail("%s: --ns '%s': %s", cmd, lines[i], pma_errormsg());
 			goto out;
 		}
 	if ((rc = entry_to_spec(&e, spec)))
 		goto out;
 	if (pma_prov_spec_count(spec) == 0) {
-		rc = usage_error("%s: describe at least one namespace (--config, --ns or --name)",
+		rc = tool_usage_error("%s: describe at least one namespace (--config, --ns or --name)",
 				cmd);
 		goto out;
 	}
@@ -504,23 +478,23 @@ cmd_reconfigure(int argc, char **argv)
 		switch (c) {
 		case 'a':
 			if (pma_ns_size_parse(optarg, &align))
-				return usage_error("reconfigure: --align: %s", pma_errormsg());
+				return tool_usage_error("reconfigure: --align: %s", pma_errormsg());
 			break;
 		case 'n': name = optarg; break;
 		case 'f': flags |= PMA_NS_FORCE; break;
 		case 'j': json = 1; break;
 		case 'h': usage(stdout); return 0;
-		default: return usage_error("reconfigure: unknown option");
+		default: return tool_usage_error("reconfigure: unknown option");
 		}
 	}
 	if (optind != argc - 1)
-		return usage_error("reconfigure: name one namespace (namespaceX.Y, its name or "
+		return tool_usage_error("reconfigure: name one namespace (namespaceX.Y, its name or "
 				"daxX.Y)");
 	const char *target = argv[optind];
 	if (get_state(NULL, &s))
 		return 1;
 	if (pma_ns_state_nregions(s) == 0) {
-		rc = fail("reconfigure: nothing changed: %s", pma_ns_state_absent_reason(s));
+		rc = tool_fail("reconfigure: nothing changed: %s", pma_ns_state_absent_reason(s));
 		goto out;
 	}
 	/* Accept the namespace's name or dax device as well as namespaceX.Y. */
@@ -532,7 +506,7 @@ cmd_reconfigure(int argc, char **argv)
 				strcmp(n.chardev, target + 5) == 0))) ||
 				(n.name && strcmp(n.name, target) == 0)) {
 			if (dev) {
-				rc = fail("reconfigure: '%s' names several namespaces: give "
+				rc = tool_fail("reconfigure: '%s' names several namespaces: give "
 						"namespaceX.Y", target);
 				goto out;
 			}
@@ -540,12 +514,12 @@ cmd_reconfigure(int argc, char **argv)
 		}
 	}
 	if (!dev) {
-		rc = fail("reconfigure: no namespace '%s' (pmctl list shows them)", target);
+		rc = tool_fail("reconfigure: no namespace '%s' (pmctl list shows them)", target);
 		goto out;
 	}
 	struct pma_prov_ns want = {.name = name, .dev = dev, .align = align, .numa_node = -1};
 	if (pma_prov_spec_new(&spec) || pma_prov_spec_add(spec, &want)) {
-		rc = fail("reconfigure: %s", pma_errormsg());
+		rc = tool_fail("reconfigure: %s", pma_errormsg());
 		goto out;
 	}
 	rc = converge("reconfigure", spec, flags, 0, json, NULL);
@@ -571,13 +545,13 @@ cmd_destroy(int argc, char **argv)
 		switch (c) {
 		case 'f': flags |= PMA_NS_FORCE; break;
 		case 'h': usage(stdout); return 0;
-		default: return usage_error("destroy: unknown option");
+		default: return tool_usage_error("destroy: unknown option");
 		}
 	}
 	if (optind != argc - 1)
-		return usage_error("destroy: name one namespace (namespaceX.Y, its name or daxX.Y)");
+		return tool_usage_error("destroy: name one namespace (namespaceX.Y, its name or daxX.Y)");
 	if (pma_ns_destroy(argv[optind], flags))
-		return fail("destroy: nothing changed: %s", pma_errormsg());
+		return tool_fail("destroy: nothing changed: %s", pma_errormsg());
 	printf("pmctl destroy: %s destroyed\n", argv[optind]);
 	return 0;
 }
@@ -606,30 +580,30 @@ cmd_path(int argc, char **argv)
 		case 'm':
 			node = (int)strtol(optarg, &end, 10);
 			if (*end || node < 0)
-				return usage_error("path: --numa takes a node number");
+				return tool_usage_error("path: --numa takes a node number");
 			nsel++;
 			break;
 		case 'g': gpu = optarg; nsel++; break;
 		case 'p': pci = optarg; nsel++; break;
 		case 'S': state_file = optarg; break;
 		case 'h': usage(stdout); return 0;
-		default: return usage_error("path: unknown option");
+		default: return tool_usage_error("path: unknown option");
 		}
 	}
 	if (nsel > 1)
-		return usage_error("path: give one of --numa, --gpu, --pci");
+		return tool_usage_error("path: give one of --numa, --gpu, --pci");
 	if (optind != argc - 1)
-		return usage_error("path: give one selector (a namespace name, namespaceX.Y, "
+		return tool_usage_error("path: give one selector (a namespace name, namespaceX.Y, "
 				"regionN or daxX.Y)");
 	if (gpu) {
 		long g = strtol(gpu, &end, 10);
 		if (*end || g < 0 || g > 4096)
-			return usage_error("path: --gpu takes a GPU number");
+			return tool_usage_error("path: --gpu takes a GPU number");
 		if (pma_ns_gpu_numa_node((int)g, &node, bdf))
-			return fail("path: %s", pma_errormsg());
+			return tool_fail("path: %s", pma_errormsg());
 	}
 	if (pci && pma_ns_pci_numa_node(pci, &node))
-		return fail("path: %s", pma_errormsg());
+		return tool_fail("path: %s", pma_errormsg());
 	if ((gpu || pci) && node < 0)
 		fprintf(stderr, "pmctl: path: note: %s%s%s%s%s reports no NUMA node: any node "
 				"will do\n", gpu ? "GPU " : "", gpu ? gpu : pci, bdf[0] ? " (" : "",
@@ -639,7 +613,7 @@ cmd_path(int argc, char **argv)
 	int rc = pma_ns_resolve(s, argv[optind], node, path, sizeof(path));
 	pma_ns_state_free(&s);
 	if (rc)
-		return fail("path: %s", pma_errormsg());
+		return tool_fail("path: %s", pma_errormsg());
 	puts(path);
 	return 0;
 }
@@ -647,6 +621,7 @@ cmd_path(int argc, char **argv)
 int
 main(int argc, char **argv)
 {
+	tool_init("pmctl", "(pmctl help for usage)\n");
 	if (argc < 2)
 		return usage(stderr), 2;
 	const char *cmd = argv[1];
@@ -668,5 +643,5 @@ main(int argc, char **argv)
 		return cmd_destroy(argc, argv);
 	if (strcmp(cmd, "path") == 0)
 		return cmd_path(argc, argv);
-	return usage_error("unknown command '%s'", cmd);
+	return tool_usage_error("unknown command '%s'", cmd);
 }

@@ -1,12 +1,98 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* toolutil.c -- helpers shared by the tools: clocks, medians, option parsing, meminfo, a checkpoint. */
+/*
+ * toolutil.c -- helpers shared by the tools: messages, human sizes, clocks,
+ * medians, option parsing, meminfo, a checkpoint.
+ */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "pmckpt.h"
 #include "toolutil.h"
+
+static const char *tool_prog = "tool";
+static const char *tool_usage_hint = "";
+
+void
+tool_init(const char *prog, const char *usage_hint)
+{
+	tool_prog = prog;
+	tool_usage_hint = usage_hint ? usage_hint : "";
+}
+
+static void
+tool_vmsg(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", tool_prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+int
+tool_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	tool_vmsg(fmt, ap);
+	va_end(ap);
+	return 1;
+}
+
+int
+tool_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	tool_vmsg(fmt, ap);
+	va_end(ap);
+	fputs(tool_usage_hint, stderr);
+	return 2;
+}
+
+void
+tool_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+const char *
+tool_hsize(uint64_t b, char *buf, size_t len)
+{
+	static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+	double v = (double)b;
+	unsigned u = 0;
+
+	while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		tool_fmt(buf, len, "%" PRIu64 " bytes", b);
+	else
+		tool_fmt(buf, len, "%.2f %s", v, unit[u]);
+	return buf;
+}
+
+const char *
+tool_hsize_b(uint64_t b, char *buf, size_t len)
+{
+	char h[32];
+
+	if (b < 1024)
+		tool_fmt(buf, len, "%" PRIu64 " bytes", b);
+	else
+		tool_fmt(buf, len, "%s (%" PRIu64 " bytes)", tool_hsize(b, h, sizeof(h)), b);
+	return buf;
+}
 
 double
 tool_now(void)

@@ -6,6 +6,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Messages of a tool: tool_init names the program ("pmckpt") and what a
+ * usage error prints after its message (the usage text, or a hint such as
+ * "(pmctl help for usage)\n"); call it first in main.
+ */
+void tool_init(const char *prog, const char *usage_hint);
+
+/* "PROG: message" on stderr; returns 1, the exit status of a failure. */
+int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "PROG: message" and the usage hint on stderr; returns 2, the exit status of a usage error. */
+int tool_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* snprintf that truncates silently (paths and messages are reported, not parsed). */
+void tool_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Human-readable size: "1.69 MiB", "8 bytes". */
+const char *tool_hsize(uint64_t b, char *buf, size_t len);
+
+/* The same with the bytes: "1.66 MiB (1738501 bytes)", or "8 bytes" below 1 KiB. */
+const char *tool_hsize_b(uint64_t b, char *buf, size_t len);
+
 /* Seconds on the monotonic clock. */
 double tool_now(void);
 
