@@ -127,7 +127,7 @@ tool_parse_size(const char *s, uint64_t *out)
 	double v = strtod(s, &end);
 	uint64_t mul = 1;
 
-	if (errno || end == s || v < 0)
+	if (errno || end == s || !(v >= 0)) /* NaN too */
 		return -1;
 	switch (*end) {
 	case 'k': case 'K': mul = (uint64_t)1 << 10; end++; break;
