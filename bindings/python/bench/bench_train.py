@@ -25,6 +25,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   none            no checkpoints
   pm_every{1,10}  Store(ramdisk=--shm).save_async + hook_optimizer
   pmco_every{1,10}  the same with shared_dir on --disk (copy-out of each commit)
+  pmco10_every1   every step, copy-out of every 10th (Store(copyout_every=10))
+  pm1t_every1     every step with one writer thread (Store(threads=1))
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -352,7 +354,10 @@ def make_ckpt(cfg, a, job, name, group=None):
         return PmCkpt(a, job, every, name, group=group, **kw)
     if kind == "pmco":
         return PmCkpt(a, job, every, name, shared=os.path.join(a.disk, name), group=group, **kw)
-    if kind == "pm1t":  # one writer thread
+    if kind == "pmco10":  # copy-out of every 10th commit only (Store(copyout_every=10))
+        return PmCkpt(a, job, every, name, shared=os.path.join(a.disk, name), group=group,
+                      copyout_every=10, **kw)
+    if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
         return DcpCkpt(a, job, every, name)
@@ -450,7 +455,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="Store(threads=); 0: its default")
     ap.add_argument("--torch-threads", type=int, default=0)
     ap.add_argument("--configs", default="none,pm_every1,pm_every10,pmco_every1,pmco_every10,"
-                    "dcp_every1,dcp_every10,tsave_every10")
+                    "pmco10_every1,pm1t_every1,dcp_every1,dcp_every10,tsave_every10")
     ap.add_argument("--ranks", type=int, default=2, help="0: no multi-rank part")
     ap.add_argument("--mr-configs", default="mr_none,mr_pm_every1,mr_pm_every10")
     ap.add_argument("--mr-threads", type=int, default=1, help="torch threads per rank")
@@ -528,6 +533,8 @@ def main():
     ratio("train_tput_every10_vs_dcp_async_every10", "pm_every10", "dcp_every10", R)
     ratio("train_tput_copyout_every_step_vs_none", "pmco_every1", "none", R)
     ratio("train_tput_copyout_every10_vs_none", "pmco_every10", "none", R)
+    ratio("train_tput_every_step_copyout_every10_vs_none", "pmco10_every1", "none", R)
+    ratio("train_tput_every_step_1writer_vs_none", "pm1t_every1", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
     bench_ratio = [("dcp_async_every_step_vs_none", "dcp_every1"),
                    ("dcp_async_every10_vs_none", "dcp_every10"),

@@ -158,6 +158,10 @@ class Store:
     two-slot protocol.  shared_dir: each committed checkpoint is also copied,
     in the background, to SHARED_DIR/step-N/rank-R.safetensors, keeping the
     newest `keep`; load() falls back to it when the local store has nothing.
+    copyout_every=N copies only the commits of steps that are multiples of N
+    (the same steps on every rank): a copy holds its slot until it ends, so
+    the begin after next waits for it, and copying each commit makes every
+    step wait for the copier (bench_train.py: train_tput_copyout_*).
 
     The layout (tensor names, dtypes, shapes, layers) is derived from the
     first state_dict saved and fixed from then on: a state_dict of another
@@ -181,7 +185,8 @@ class Store:
 
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
-                 gpu_source="direct", group=None, size=None, verify_sources=False):
+                 gpu_source="direct", group=None, size=None, verify_sources=False,
+                 copyout_every=1):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -194,6 +199,9 @@ class Store:
         if size is not None and (path is None or int(size) <= 0):
             raise ValueError("size is the size of a new file at path: give a path and a "
                              "positive number of bytes")
+        if int(copyout_every) < 1:
+            raise ValueError("copyout_every is a number of steps, at least 1")
+        self.copyout_every = int(copyout_every)
         self.size = int(size) if size is not None else 0
         self.verify_sources = bool(verify_sources)
         self.name = name
@@ -356,7 +364,10 @@ class Store:
             lib.pmck_pipeline_delete(byref(self._pipe))
         opts = _lib.PipelineOpts(self.threads, -1,
                                  _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
-                                 source, device, self._copyout.value, self._global.value,
+                                 source, device,
+                                 # every commit: the writer submits it; else _copy_out does
+                                 self._copyout.value if self.copyout_every == 1 else None,
+                                 self._global.value,
                                  None, None,
                                  _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
@@ -519,6 +530,14 @@ class Store:
                                          f"{_lib.errormsg() or _lib.strerror(rc)}")
             else:
                 self._newest = h.step
+                self._copy_out(h.step)
+
+    def _copy_out(self, step):
+        """With copyout_every > 1: submits the commit of `step`, which has just
+        ended, if its turn.  Called before the next begin (or just after it,
+        which targets the other slot), so the newest sealed slot is that step's."""
+        if self._copyout and self.copyout_every > 1 and step % self.copyout_every == 0:
+            check(lib.pmck_copyout_submit(self._copyout), f"copy-out to {self.shared_dir}")
 
     def _settle(self, h):
         """Records the outcome of h, which has ended (a later begin went through)."""
@@ -527,6 +546,7 @@ class Store:
         h._done, h._keep = True, None
         if st.committed and st.last_step == h.step:
             self._newest = h.step
+            self._copy_out(h.step)
         else:
             h._error = Error(f"checkpoint of step {h.step} failed (the store keeps the one before)")
 
