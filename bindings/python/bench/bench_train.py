@@ -27,6 +27,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmco_every{1,10}  the same with shared_dir on --disk (copy-out of each commit)
   pmco10_every1   every step, copy-out of every 10th (Store(copyout_every=10))
   pm1t_every1     every step with one writer thread (Store(threads=1))
+  pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
+  NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -203,13 +205,14 @@ class Job:
 # ------------------------------------------------------------------ per-thread CPU time
 
 def thread_cpu():
-    """{tid: (cpu ns, pmckpt thread?)}: pmckpt's writers and copier run SCHED_BATCH."""
+    """{tid: (cpu ns, pmckpt thread?)}: pmckpt's writers and copier run SCHED_BATCH
+    (SCHED_IDLE with writer_policy='idle'); nothing else in the process does."""
     out = {}
     for t in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{t}/schedstat") as f:
                 ns = int(f.read().split()[0])
-            batch = os.sched_getscheduler(int(t)) == os.SCHED_BATCH
+            batch = os.sched_getscheduler(int(t)) in (os.SCHED_BATCH, os.SCHED_IDLE)
         except (OSError, ValueError):
             continue
         out[int(t)] = (ns, batch)
@@ -357,6 +360,8 @@ def make_ckpt(cfg, a, job, name, group=None):
     if kind == "pmco10":  # copy-out of every 10th commit only (Store(copyout_every=10))
         return PmCkpt(a, job, every, name, shared=os.path.join(a.disk, name), group=group,
                       copyout_every=10, **kw)
+    if kind == "pmidle":  # writers (and copier) SCHED_IDLE: Store(writer_policy="idle")
+        return PmCkpt(a, job, every, name, group=group, writer_policy="idle", **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
@@ -369,8 +374,10 @@ def make_ckpt(cfg, a, job, name, group=None):
 # ------------------------------------------------------------------ one run
 
 def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
+    cfg, _, tt = cfg.partition(":t")
+    torch.set_num_threads(int(tt) if tt else a.torch_threads)
     job = Job(a, device, ddp_group)
-    name = f"bt{os.getpid()}-{cfg}-{rep}"
+    name = f"bt{os.getpid()}-{cfg}{tt}-{rep}"
     ck = make_ckpt(cfg, a, job, name, group)
     main = threading.get_native_id()
     try:
@@ -407,7 +414,7 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
 # ------------------------------------------------------------------ two ranks
 
 def mr_worker(rank, a, world, initfile, outpath):
-    torch.set_num_threads(a.mr_threads)
+    a.torch_threads = a.mr_threads
     torch.distributed.init_process_group("gloo", init_method=f"file://{initfile}",
                                          rank=rank, world_size=world)
     res = {}
@@ -453,9 +460,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="Store(threads=); 0: its default")
-    ap.add_argument("--torch-threads", type=int, default=0)
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch intra-op threads; 0: one core less than the machine's on up "
+                    "to 4 cores (one for the writers), torch's default above")
     ap.add_argument("--configs", default="none,pm_every1,pm_every10,pmco_every1,pmco_every10,"
-                    "pmco10_every1,pm1t_every1,dcp_every1,dcp_every10,tsave_every10")
+                    "pmco10_every1,pmidle_every1,dcp_every1,dcp_every10,tsave_every10,"
+                    "none:t2,pm_every1:t2")
     ap.add_argument("--ranks", type=int, default=2, help="0: no multi-rank part")
     ap.add_argument("--mr-configs", default="mr_none,mr_pm_every1,mr_pm_every10")
     ap.add_argument("--mr-threads", type=int, default=1, help="torch threads per rank")
@@ -463,16 +473,19 @@ def main():
     ap.add_argument("--disk", default="/var/tmp")
     ap.add_argument("--quick", action="store_true",
                     help="the short version of make bench: 3 warm-up + 20 steps, 1 repetition, "
-                    "two ranks only every step and none")
+                    "fewer configurations")
     a = ap.parse_args()
     if a.quick:
         a.warmup, a.steps, a.reps = 3, 20, 1
         a.mr_configs = "mr_none,mr_pm_every1"
+        if a.configs == ap.get_default("configs"):
+            a.configs = "none,pm_every1,pm_every10,pmco10_every1,dcp_every1"
     device = torch.device(a.device)
     if a.size is None:
         a.size = "gpt2-medium" if device.type == "cuda" else "cpu"
-    if a.torch_threads:
-        torch.set_num_threads(a.torch_threads)
+    if not a.torch_threads:
+        n = os.cpu_count() or 1
+        a.torch_threads = max(1, n - 1) if n <= 4 else torch.get_num_threads()
     a.configs = [c for c in a.configs.split(",") if c]
     a.mr_configs = [c for c in a.mr_configs.split(",") if c]
     with open("/proc/loadavg") as f:
@@ -495,7 +508,7 @@ def main():
     sbytes = sum(t.numel() * t.element_size() for t in pmckpt_tensors(job.state()))
     print(f"bench: train model {a.size} {nparams / 1e6:.1f} M parameters, "
           f"{job.tokens_per_step()} tokens a step, checkpoint {sbytes / 1e6:.0f} MB "
-          f"(after the first step), torch threads {torch.get_num_threads()}, "
+          f"(after the first step), torch threads {a.torch_threads} (unless :tN), "
           f"{os.cpu_count()} CPUs, {a.warmup} warm-up + {a.steps} measured steps, "
           f"medians of {a.reps}; load average {' '.join(load0)} before, {' '.join(load1)} after")
     for cfg, rs in list(R.items()) + list(MR.items()):
@@ -535,6 +548,9 @@ def main():
     ratio("train_tput_copyout_every10_vs_none", "pmco_every10", "none", R)
     ratio("train_tput_every_step_copyout_every10_vs_none", "pmco10_every1", "none", R)
     ratio("train_tput_every_step_1writer_vs_none", "pm1t_every1", "none", R)
+    ratio("train_tput_every_step_writers_idle_vs_none", "pmidle_every1", "none", R)
+    ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
+    ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
     bench_ratio = [("dcp_async_every_step_vs_none", "dcp_every1"),
                    ("dcp_async_every10_vs_none", "dcp_every10"),

@@ -3,6 +3,7 @@
 import ctypes
 import os
 import threading
+import time
 import warnings
 from ctypes import byref, c_void_p
 
@@ -158,6 +159,11 @@ class Store:
     two-slot protocol.  shared_dir: each committed checkpoint is also copied,
     in the background, to SHARED_DIR/step-N/rank-R.safetensors, keeping the
     newest `keep`; load() falls back to it when the local store has nothing.
+    writer_policy: "batch" (the library's default) or "idle": the pipeline's
+    writer threads and the copier run SCHED_IDLE, so they take only CPU time
+    that nothing else wants (on a small host whose cores the training uses;
+    Linux only, docs/evaluation.md, "Training throughput").
+
     copyout_every=N copies only the commits of steps that are multiples of N
     (the same steps on every rank): a copy holds its slot until it ends, so
     the begin after next waits for it, and copying each commit makes every
@@ -186,7 +192,7 @@ class Store:
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
                  gpu_source="direct", group=None, size=None, verify_sources=False,
-                 copyout_every=1):
+                 copyout_every=1, writer_policy="batch"):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -202,6 +208,9 @@ class Store:
         if int(copyout_every) < 1:
             raise ValueError("copyout_every is a number of steps, at least 1")
         self.copyout_every = int(copyout_every)
+        if writer_policy not in ("batch", "idle"):
+            raise ValueError("writer_policy must be 'batch' or 'idle'")
+        self.writer_policy = writer_policy
         self.size = int(size) if size is not None else 0
         self.verify_sources = bool(verify_sources)
         self.name = name
@@ -353,8 +362,10 @@ class Store:
         if self.shared_dir and not self._copyout:
             opts = _lib.CopyoutOpts(self.shared_dir.encode(), self.keep, self.rank,
                                     self.world_size, 0, None, None)
+            before = _tasks()
             check(lib.pmck_copyout_new(self._h.store, byref(opts), byref(self._copyout)),
                   f"copy-out to {self.shared_dir}")
+            self._apply_policy(before, 1)
 
     def _ensure_pipeline(self, source, device):
         want = (source, device)
@@ -370,9 +381,30 @@ class Store:
                                  self._global.value,
                                  None, None,
                                  _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
+        before = _tasks()
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
               "pipeline")
+        self._apply_policy(before, self.threads)
         self._pipe_source = want
+
+    def _apply_policy(self, before, n):
+        """writer_policy='idle': moves the n threads the library has just started
+        (those not in `before` that run SCHED_BATCH) to SCHED_IDLE.  Each sets
+        SCHED_BATCH itself once started, so wait (up to 1 s) until all n have,
+        lest one overwrite SCHED_IDLE afterwards.  Best effort, like the library's."""
+        if self.writer_policy != "idle" or not hasattr(os, "SCHED_IDLE"):
+            return
+        deadline = time.monotonic() + 1.0
+        while True:
+            new = [t for t in _tasks() - before if _policy(t) == os.SCHED_BATCH]
+            if len(new) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        for t in new:
+            try:
+                os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                pass
 
     def _check_global(self, rc, what):
         """check() with the collective's own failure added to the message."""
@@ -903,6 +935,21 @@ class Store:
                 self.close()
         except Exception:
             pass
+
+
+def _tasks():
+    """The thread ids of this process (Linux; empty elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def _policy(tid):
+    try:
+        return os.sched_getscheduler(tid)
+    except OSError:
+        return None
 
 
 def _leaves(v):
