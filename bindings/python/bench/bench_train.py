@@ -420,7 +420,7 @@ def mr_worker(rank, a, world, initfile, outpath):
     res = {}
     try:
         for rep in range(a.reps):
-            for cfg in a.mr_configs:
+            for cfg in (a.mr_configs if rep % 2 == 0 else a.mr_configs[::-1]):
                 r, n = run(cfg, a, torch.device("cpu"), rep, group=True,
                            ddp_group=torch.distributed.group.WORLD, world=world)
                 res.setdefault(cfg, []).append(r)
@@ -492,11 +492,12 @@ def main():
         load0 = f.read().split()[:3]
 
     R = {}
-    run("none", a, device, -1)  # not counted: first-time costs of torch (allocator, kernels)
+    if a.configs:  # not counted: first-time costs of torch (allocator, kernels)
+        run("none", a, device, -1)
     for rep in range(a.reps):
         order = a.configs if rep % 2 == 0 else a.configs[::-1]
         for cfg in order:
-            r, nparams = run(cfg, a, device, rep)
+            r, _ = run(cfg, a, device, rep)
             R.setdefault(cfg, []).append(r)
             print(f"  rep {rep} {cfg}: {r['tput']:.1f} tokens/s", flush=True)
     MR = multirank(a) if a.ranks > 1 and a.mr_configs else {}
@@ -505,6 +506,7 @@ def main():
 
     job = Job(a, device)
     job.train_step()  # the optimizer's state exists from the first step on
+    nparams = job.nparams()
     sbytes = sum(t.numel() * t.element_size() for t in pmckpt_tensors(job.state()))
     print(f"bench: train model {a.size} {nparams / 1e6:.1f} M parameters, "
           f"{job.tokens_per_step()} tokens a step, checkpoint {sbytes / 1e6:.0f} MB "
