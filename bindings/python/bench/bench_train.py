@@ -39,7 +39,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
 Where the cost comes from (printed per configuration as `bench: cost ...`):
   the CPU time of pmckpt's threads (writers and copier: the threads running
   SCHED_BATCH, from /proc/self/task/*/schedstat), of the training (main)
-  thread and of the others (torch's intra-op threads, DCP's thread); the
+  thread and of the others alive at the end (torch's intra-op threads; DCP's
+  saving thread exits after each save and is missing); the
   time the loop spends in forward+backward (inflated by CPU and memory
   bandwidth shared with a writer), in optimizer.step (which includes the
   hook's wait for the checkpoint's layers; the pipeline's wait_ns counts it
@@ -220,6 +221,8 @@ def thread_cpu():
 
 
 def cpu_delta(before, after, main_tid):
+    """CPU seconds of the training thread, pmckpt's threads and the others alive at
+    the end (a thread that exited meanwhile, like DCP's saving thread, is missing)."""
     d = {"main": 0, "pmckpt": 0, "other": 0}
     for tid, (ns, batch) in after.items():
         ns0 = before.get(tid, (0, batch))[0]
@@ -472,11 +475,11 @@ def main():
     ap.add_argument("--shm", default="/dev/shm")
     ap.add_argument("--disk", default="/var/tmp")
     ap.add_argument("--quick", action="store_true",
-                    help="the short version of make bench: 3 warm-up + 20 steps, 1 repetition, "
+                    help="the short version of make bench: 3 warm-up + 15 steps, 1 repetition, "
                     "fewer configurations")
     a = ap.parse_args()
     if a.quick:
-        a.warmup, a.steps, a.reps = 3, 20, 1
+        a.warmup, a.steps, a.reps = 3, 15, 1
         a.mr_configs = "mr_none,mr_pm_every1"
         if a.configs == ap.get_default("configs"):
             a.configs = "none,pm_every1,pm_every10,pmco10_every1,dcp_every1"
