@@ -338,6 +338,12 @@ bench: all
 	$(BUILD)/pmck-pipebench
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
 	BUILD=$(BUILD) bindings/python/bench/run.sh
+	BENCH=bench_train.py BUILD=$(BUILD) bindings/python/bench/run.sh --quick
+
+# Training throughput of a PyTorch loop checkpointing every step / every 10 (~10-15 min on 2 cores).
+bench-train: all python-env
+	BENCH=bench_train.py BUILD=$(BUILD) bindings/python/bench/run.sh
+.PHONY: bench-train
 
 # SHARED=0 installs no shared library: -lpmckpt then finds libpmckpt.a, and
 # `pkg-config --static --libs` gives a complete static link line of our libraries.

@@ -1,14 +1,15 @@
 #!/bin/sh
-# run.sh [ARGS] -- the Python binding's benchmarks (bench_dcp.py [ARGS], then
-# bench_dcp_ranks.py: DCP on 4 ranks) with the
-# interpreter of tools/python-env, against $BUILD/libpmckpt.so.0 and the
-# package in this working tree.  `make bench` runs it after the C benchmarks.
+# run.sh [ARGS] -- the Python binding's benchmarks with the interpreter of
+# tools/python-env, against $BUILD/libpmckpt.so.0 and the package in this
+# working tree: bench_dcp.py [ARGS], then bench_dcp_ranks.py (DCP on 4
+# ranks); or only the one named by $BENCH (e.g. BENCH=bench_train.py).
+# `make bench` runs it after the C benchmarks.
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 B=${BUILD:-build}
 case $B in /*) ;; *) B=$root/$B ;; esac
 lib=$B/libpmckpt.so.0
 if [ ! -e "$lib" ]; then
-	echo "bench_dcp: $lib is not built (make)" >&2
+	echo "${BENCH:-bench_dcp.py}: $lib is not built (make)" >&2
 	exit 1
 fi
 if readelf -d "$lib" 2>/dev/null | grep -q 'lib[at]san'; then
@@ -17,6 +18,9 @@ if readelf -d "$lib" 2>/dev/null | grep -q 'lib[at]san'; then
 fi
 py=$("$root/tools/python-env") || exit 1
 export PMCKPT_LIBRARY=$lib PYTHONPATH=$root/bindings/python PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+if [ -n "${BENCH:-}" ]; then
+	exec "$py" "$root/bindings/python/bench/$BENCH" "$@"
+fi
 "$py" "$root/bindings/python/bench/bench_dcp.py" "$@" || exit 1
 # DCP on 4 ranks (gloo), pmckpt.dcp against FileSystemWriter/Reader
 exec "$py" "$root/bindings/python/bench/bench_dcp_ranks.py"

@@ -144,7 +144,8 @@ class Flattener:
                 f"state_dict entry '{self._where(path)}': tensor subclass {type(t).__qualname__} "
                 "(DTensor, ShardedTensor, ...) cannot be saved by Store.save: use the DCP "
                 "integration (pmckpt.dcp) for distributed tensors")
-        t = t.detach()
+        if t.requires_grad:
+            t = t.detach()  # state_dict()'s tensors are detached already: skip the call
         key = (t.untyped_storage().data_ptr() if t.numel() else id(t), t.storage_offset(),
                tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
         if key in self._alias and t.numel():
@@ -155,9 +156,14 @@ class Flattener:
             info["np"] = 1
         if t.device.type == "cuda":
             info["dev"] = str(t.device)
-        perm = dense_permutation(t)
-        zero_copy = perm is not None
-        if perm is None:
+        # Contiguous (nearly every tensor of a model and its optimizer): src is t
+        # itself, without dense_permutation's permute; it costs ~0.1 ms per tensor,
+        # which on every save of a 358-tensor GPT-2 state was ~15 % of save_async.
+        perm = None if t.is_contiguous() else dense_permutation(t)
+        zero_copy = perm is not None or t.is_contiguous()
+        if t.is_contiguous():
+            src = t
+        elif perm is None:
             src = t.contiguous()   # overlapping or holey view: its elements, packed (a copy)
         else:
             src = t.permute(perm)  # same memory, a contiguous view of it

@@ -3,6 +3,7 @@
 import ctypes
 import os
 import threading
+import time
 import warnings
 from ctypes import byref, c_int, c_void_p
 
@@ -249,6 +250,16 @@ class Store:
     CopyoutError, by the next save()/save_async() (before it starts anything),
     wait_copyout() or close().
 
+    writer_policy: "batch" (the library's default) or "idle": the pipeline's
+    writer threads and the copier run SCHED_IDLE, so they take only CPU time
+    that nothing else wants (on a small host whose cores the training uses;
+    Linux only, docs/evaluation.md, "Training throughput").
+
+    copyout_every=N copies only the commits of steps that are multiples of N
+    (the same steps on every rank): a copy holds its slot until it ends, so
+    the begin after next waits for it, and copying each commit makes every
+    step wait for the copier (bench_train.py: train_tput_copyout_*).
+
     The layout (tensor names, dtypes, shapes, layers) is derived from the
     first state_dict saved and fixed from then on: a state_dict of another
     structure raises LayoutError and leaves the store untouched.
@@ -271,7 +282,8 @@ class Store:
 
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
-                 gpu_source="direct", group=None, size=None, verify_sources=False):
+                 gpu_source="direct", group=None, size=None, verify_sources=False,
+                 copyout_every=1, writer_policy="batch"):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -284,6 +296,12 @@ class Store:
         if size is not None and (path is None or int(size) <= 0):
             raise ValueError("size is the size of a new file at path: give a path and a "
                              "positive number of bytes")
+        if int(copyout_every) < 1:
+            raise ValueError("copyout_every is a number of steps, at least 1")
+        self.copyout_every = int(copyout_every)
+        if writer_policy not in ("batch", "idle"):
+            raise ValueError("writer_policy must be 'batch' or 'idle'")
+        self.writer_policy = writer_policy
         self.size = int(size) if size is not None else 0
         self.verify_sources = bool(verify_sources)
         self.name = name
@@ -437,8 +455,10 @@ class Store:
         if self.shared_dir and not self._copyout:
             opts = _lib.CopyoutOpts(self.shared_dir.encode(), self.keep, self.rank,
                                     self.world_size, 0, None, None)
+            before = _tasks()
             check(lib.pmck_copyout_new(self._h.store, byref(opts), byref(self._copyout)),
                   f"copy-out to {self.shared_dir}")
+            self._apply_policy(before, 1)
 
     def _ensure_pipeline(self, source, device):
         want = (source, device)
@@ -448,12 +468,36 @@ class Store:
             lib.pmck_pipeline_delete(byref(self._pipe))
         opts = _lib.PipelineOpts(self.threads, -1,
                                  _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
-                                 source, device, self._copyout.value, self._global.value,
+                                 source, device,
+                                 # every commit: the writer submits it; else _copy_out does
+                                 self._copyout.value if self.copyout_every == 1 else None,
+                                 self._global.value,
                                  None, None,
                                  _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
+        before = _tasks()
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
               "pipeline")
+        self._apply_policy(before, self.threads)
         self._pipe_source = want
+
+    def _apply_policy(self, before, n):
+        """writer_policy='idle': moves the n threads the library has just started
+        (those not in `before` that run SCHED_BATCH) to SCHED_IDLE.  Each sets
+        SCHED_BATCH itself once started, so wait (up to 1 s) until all n have,
+        lest one overwrite SCHED_IDLE afterwards.  Best effort, like the library's."""
+        if self.writer_policy != "idle" or not hasattr(os, "SCHED_IDLE"):
+            return
+        deadline = time.monotonic() + 1.0
+        while True:
+            new = [t for t in _tasks() - before if _policy(t) == os.SCHED_BATCH]
+            if len(new) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        for t in new:
+            try:
+                os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                pass
 
     def _check_global(self, rc, what):
         """check() with the collective's own failure added to the message."""
@@ -614,6 +658,14 @@ class Store:
                                          f"{_lib.errormsg() or _lib.strerror(rc)}")
             else:
                 self._newest = h.step
+                self._copy_out(h.step)
+
+    def _copy_out(self, step):
+        """With copyout_every > 1: submits the commit of `step`, which has just
+        ended, if its turn.  Called before the next begin (or just after it,
+        which targets the other slot), so the newest sealed slot is that step's."""
+        if self._copyout and self.copyout_every > 1 and step % self.copyout_every == 0:
+            check(lib.pmck_copyout_submit(self._copyout), f"copy-out to {self.shared_dir}")
 
     def _settle(self, h):
         """Records the outcome of h, which has ended (a later begin went through)."""
@@ -622,6 +674,7 @@ class Store:
         h._done, h._keep = True, None
         if st.committed and st.last_step == h.step:
             self._newest = h.step
+            self._copy_out(h.step)
         else:
             h._error = Error(f"checkpoint of step {h.step} failed (the store keeps the one before)")
 
@@ -1072,6 +1125,21 @@ class Store:
                 self.close()
         except Exception:
             pass
+
+
+def _tasks():
+    """The thread ids of this process (Linux; empty elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def _policy(tid):
+    try:
+        return os.sched_getscheduler(tid)
+    except OSError:
+        return None
 
 
 def _leaves(v):

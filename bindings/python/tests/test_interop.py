@@ -5,6 +5,7 @@ written by safetensors.torch.save_file can be imported; when the local store
 is lost or corrupted, load() falls back to the newest complete step of the
 shared directory."""
 import os
+import shutil
 
 import safetensors.torch
 import torch
@@ -46,6 +47,29 @@ def flat_tensors(sd, prefix=""):
         elif isinstance(v, torch.Tensor):
             out[key] = v
     return out
+
+
+def test_copyout_every():
+    shared = os.path.join(T.tmpdir("pmck-py-shared-every-"), "ckpt")
+    m = mlp(width=16, depth=2)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    with pmckpt.Store(name="co-every", ramdisk=D, shared_dir=shared, keep=4,
+                      copyout_every=3) as s:
+        hook = pmckpt.hook_optimizer(opt, s)
+        for step in range(1, 8):
+            one_step(m, opt, step)
+            if step % 2:
+                s.save(train_state(m, opt, step), step)
+            else:
+                s.save_async(train_state(m, opt, step), step)
+        s.wait()
+        s.wait_copyout()
+        copied = s.stats()["copyout"]["copied"]
+        hook.remove()
+    dirs = sorted(os.listdir(shared))
+    if dirs != ["step-000000000003", "step-000000000006"] or copied != 2:
+        return f"shared dir holds {dirs}, {copied} copied"
+    shutil.rmtree(shared)
 
 
 def test_copyout():
@@ -172,6 +196,8 @@ def test_bad_shared_file():
 
 
 T.run("copy-out: steps 2 and 3 kept (keep=2), each a rank file and COMPLETE", test_copyout)
+T.run("copyout_every=3: only steps that are multiples of 3 are copied (save and save_async)",
+      test_copyout_every)
 T.run("safetensors.torch.load_file reads a copy-out file: tensors equal the saved ones",
       test_safetensors_load_file)
 T.run("pmckpt.load_safetensors rebuilds the whole state_dict from it", test_pmckpt_load_file)

@@ -205,6 +205,34 @@ def test_async_and_hook():
             return "the optimizer never waited: the test did not overlap a write"
 
 
+def test_writer_policy_idle():
+    """writer_policy='idle': the writers run SCHED_IDLE, checkpoints are still whole."""
+    m = mlp(width=256, depth=3)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    one_step(m, opt, 1)
+    before = {int(t) for t in os.listdir("/proc/self/task")}
+    with pmckpt.Store(name="idle", ramdisk=D, threads=2, writer_policy="idle") as s:
+        hook = pmckpt.hook_optimizer(opt, s)
+        for step in range(1, 4):
+            st = train_state(m, opt, step)
+            snap = clone(st)
+            s.save_async(st, step)
+            one_step(m, opt, step + 1)  # waits (hook) for the layers it updates
+            r = same(snap, s.load())
+            if r:
+                return f"step {step}: {r}"
+        new = {int(t) for t in os.listdir("/proc/self/task")} - before
+        idle = [t for t in new if os.sched_getscheduler(t) == os.SCHED_IDLE]
+        hook.remove()
+        if len(idle) != 2:
+            return f"{len(idle)} of the {len(new)} new threads run SCHED_IDLE, not the 2 writers"
+    try:
+        pmckpt.Store(name="x", ramdisk=D, writer_policy="fifo")
+    except ValueError:
+        return None
+    return "writer_policy='fifo' was accepted"
+
+
 def test_wait_layer_names():
     m = big_model()
     st = {"model": m.state_dict()}
@@ -690,6 +718,8 @@ T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, t
 T.run("loads of several MiB copy on several threads, correctly", test_parallel_copies)
 T.run("contiguous and dense CPU tensors are written from their own memory", test_zero_copy_sources)
 T.run("save_async + hook_optimizer: every checkpoint equals the state at its save", test_async_and_hook)
+T.run("writer_policy='idle': writer threads SCHED_IDLE, checkpoints equal the saved state",
+      test_writer_policy_idle)
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
 T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
       test_hook_waits_only_own_layers)

@@ -1,0 +1,582 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""bench_train.py -- training throughput of a real PyTorch loop while it
+checkpoints: pmckpt (save_async + hook_optimizer) against DCP async_save and
+torch.save, every step and every 10 steps, and with two ranks (DDP over gloo).
+
+The job: a GPT-2-style decoder in torch.nn (token + position embedding,
+causal self-attention and MLP blocks with pre-layer-norm, dropout, untied
+head; --tied ties it), AdamW with weight decay, a warm-up + cosine LR
+schedule (LambdaLR), tokens drawn from a seeded torch.Generator whose state
+is the data loader's position.  A checkpoint holds model, optimizer,
+scheduler, step, the generator's state and torch's RNG state.
+
+A run of one configuration: a fresh model from the same seed, --warmup steps
+(each checkpointing configuration checkpoints once in them, so stores, pools,
+files and directories exist and the first-time costs are paid), everything in
+flight waited for, then --steps measured steps.  Checkpoints fall inside the
+measured window (every 10: at measured steps 5, 15, ...), and whatever is in
+flight at its end is not waited for: a steady state.  tokens/s = tokens of the
+measured steps / their wall time.  Configurations are interleaved within each
+of --reps repetitions (none, pm_every1, dcp_every1, ... then again), so that
+the machine's noise falls on all alike; each figure is the median over the
+repetitions, and the spread (min-max) of each ratio is printed with it.
+
+Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out):
+  none            no checkpoints
+  pm_every{1,10}  Store(ramdisk=--shm).save_async + hook_optimizer
+  pmco_every{1,10}  the same with shared_dir on --disk (copy-out of each commit)
+  pmco10_every1   every step, copy-out of every 10th (Store(copyout_every=10))
+  pm1t_every1     every step with one writer thread (Store(threads=1))
+  pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
+  NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
+  dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
+                  future waited for before the next (as DCP's documentation
+                  advises), two directories used in turn
+  tsave_every10   torch.save to a file in --shm (synchronous)
+  and with --ranks 2 (torch.multiprocessing, gloo, DDP, init_method file://):
+  mr_none, mr_pm_every1, mr_pm_every10 (Store(group=True)).
+
+Where the cost comes from (printed per configuration as `bench: cost ...`):
+  the CPU time of pmckpt's threads (writers and copier: the threads running
+  SCHED_BATCH, from /proc/self/task/*/schedstat), of the training (main)
+  thread and of the others alive at the end (torch's intra-op threads; DCP's
+  saving thread exits after each save and is missing); the
+  time the loop spends in forward+backward (inflated by CPU and memory
+  bandwidth shared with a writer), in optimizer.step (which includes the
+  hook's wait for the checkpoint's layers; the pipeline's wait_ns counts it
+  apart) and in the checkpoint call itself.
+
+A CUDA path (--device cuda: GPT-2 medium, bf16 autocast, fp32 weights and
+Adam states, checkpointed from device memory) exists but is unverified here.
+"""
+import argparse
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pmckpt
+
+warnings.filterwarnings("ignore", message=".*process group.*")
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
+
+
+# ------------------------------------------------------------------ the model
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, heads, dropout)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, seq, d, layers, heads, dropout=0.1, tied=False):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        if tied:
+            self.head.weight = self.wte.weight
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+
+
+SIZES = {  # vocab, seq, d, layers, heads, batch
+    "cpu": (8192, 64, 512, 7, 8, 4),       # 30.5M parameters, 256 tokens a step
+    "tiny": (1024, 32, 128, 2, 4, 2),      # for trying the script out
+    "gpt2-medium": (50304, 1024, 1024, 24, 16, 8),
+}
+
+
+class LRSchedule:
+    """Linear warm-up, then cosine decay to 10 %: a picklable lr_lambda."""
+
+    def __init__(self, warmup=20, total=2000):
+        self.warmup, self.total = warmup, total
+
+    def __call__(self, step):
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        p = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * p))
+
+
+class Job:
+    """Model, optimizer, scheduler and data position, built afresh from the seed."""
+
+    def __init__(self, a, device, ddp_group=None):
+        vocab, seq, d, layers, heads, batch = SIZES[a.size]
+        self.vocab, self.seq, self.batch = vocab, seq, a.batch or batch
+        self.device = device
+        torch.manual_seed(a.seed)
+        self.model = GPT(vocab, seq, d, layers, heads, tied=a.tied).to(device)
+        self.module = self.model
+        if ddp_group is not None:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            self.model = DDP(self.model, process_group=ddp_group)
+        decay = [p for n, p in self.module.named_parameters() if p.dim() >= 2]
+        rest = [p for n, p in self.module.named_parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                      {"params": rest, "weight_decay": 0.0}],
+                                     lr=3e-4, betas=(0.9, 0.95), foreach=True)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, LRSchedule())
+        rank = torch.distributed.get_rank() if ddp_group is not None else 0
+        self.gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
+        self.step = 0
+        self.amp = device.type == "cuda"
+        self.t_fb = self.t_opt = 0.0
+
+    def nparams(self):
+        return sum(p.numel() for p in self.module.parameters())
+
+    def train_step(self):
+        toks = torch.randint(self.vocab, (self.batch, self.seq + 1), generator=self.gen)
+        toks = toks.to(self.device, non_blocking=True)
+        x, y = toks[:, :-1], toks[:, 1:]
+        t0 = time.perf_counter()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            logits = self.model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t1 = time.perf_counter()
+        self.opt.step()  # pmckpt: the hook waits here for the layers it updates
+        self.sched.step()
+        self.step += 1
+        t2 = time.perf_counter()
+        self.t_fb += t1 - t0
+        self.t_opt += t2 - t1
+        return loss
+
+    def state(self):
+        return {"model": self.module.state_dict(), "optim": self.opt.state_dict(),
+                "sched": self.sched.state_dict(), "step": self.step,
+                "data": self.gen.get_state(), "rng": torch.get_rng_state()}
+
+    def tokens_per_step(self, world=1):
+        return self.batch * self.seq * world
+
+
+# ------------------------------------------------------------------ per-thread CPU time
+
+def thread_cpu():
+    """{tid: (cpu ns, pmckpt thread?)}: pmckpt's writers and copier run SCHED_BATCH
+    (SCHED_IDLE with writer_policy='idle'); nothing else in the process does."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            batch = os.sched_getscheduler(int(t)) in (os.SCHED_BATCH, os.SCHED_IDLE)
+        except (OSError, ValueError):
+            continue
+        out[int(t)] = (ns, batch)
+    return out
+
+
+def cpu_delta(before, after, main_tid):
+    """CPU seconds of the training thread, pmckpt's threads and the others alive at
+    the end (a thread that exited meanwhile, like DCP's saving thread, is missing)."""
+    d = {"main": 0, "pmckpt": 0, "other": 0}
+    for tid, (ns, batch) in after.items():
+        ns0 = before.get(tid, (0, batch))[0]
+        key = "main" if tid == main_tid else "pmckpt" if batch else "other"
+        d[key] += ns - ns0
+    return {k: v / 1e9 for k, v in d.items()}
+
+
+# ------------------------------------------------------------------ checkpointers
+
+class NoCkpt:
+    every = 0
+
+    def __init__(self, *a, **k):
+        pass
+
+    def save(self, job):
+        pass
+
+    def drain(self):
+        pass
+
+    def close(self):
+        pass
+
+    def stats(self):
+        return {}
+
+
+class PmCkpt:
+    def __init__(self, a, job, every, name, shared=None, group=None, **store_kw):
+        self.every = every
+        self.shared = shared
+        self.store = pmckpt.Store(name=name, ramdisk=a.shm, shared_dir=shared, keep=2,
+                                  group=group, **store_kw)
+        self.hook = pmckpt.hook_optimizer(job.opt, self.store)
+        self.call = 0.0
+
+    def save(self, job):
+        t0 = time.perf_counter()
+        self.store.save_async(job.state(), job.step)
+        self.call += time.perf_counter() - t0
+
+    def drain(self):
+        self.store.wait()
+        self.store.wait_copyout()
+
+    def stats(self):
+        s = self.store.stats()
+        out = {"wait_s": s.get("pipeline", {}).get("wait_ns", 0) / 1e9, "call_s": self.call,
+               "committed": s.get("pipeline", {}).get("committed", 0),
+               "skipped": s.get("pipeline", {}).get("skipped", 0)}
+        if "copyout" in s:
+            out["copied"] = s["copyout"]["copied"]
+            out["copy_busy_s"] = s["copyout"]["busy_ns"] / 1e9
+        return out
+
+    def close(self):
+        self.hook.remove()
+        path = self.store.region_path
+        self.store.destroy()
+        for p in (path,):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        if self.shared:
+            shutil.rmtree(self.shared, ignore_errors=True)
+
+
+class DcpCkpt:
+    def __init__(self, a, job, every, name):
+        import torch.distributed.checkpoint as dcp
+        self.dcp, self.every = dcp, every
+        self.dirs = [os.path.join(a.shm, f"{name}-{i}") for i in (0, 1)]
+        self.fut = None
+        self.n = 0
+        self.call = 0.0
+
+    def save(self, job):
+        t0 = time.perf_counter()
+        if self.fut is not None:
+            self.fut.result()  # DCP: one async_save in flight at a time
+        d = self.dirs[self.n % 2]
+        self.n += 1
+        self.fut = self.dcp.async_save(job.state(), checkpoint_id=d,
+                                       storage_writer=self.dcp.FileSystemWriter(d))
+        self.call += time.perf_counter() - t0
+
+    def drain(self):
+        if self.fut is not None:
+            self.fut.result()
+            self.fut = None
+
+    def stats(self):
+        return {"call_s": self.call}
+
+    def close(self):
+        self.drain()
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class TorchSave:
+    def __init__(self, a, job, every, name):
+        self.every = every
+        self.path = os.path.join(a.shm, f"{name}.pt")
+        self.call = 0.0
+
+    def save(self, job):
+        t0 = time.perf_counter()
+        torch.save(job.state(), self.path)
+        self.call += time.perf_counter() - t0
+
+    def drain(self):
+        pass
+
+    def stats(self):
+        return {"call_s": self.call}
+
+    def close(self):
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def make_ckpt(cfg, a, job, name, group=None):
+    if cfg.endswith("none"):
+        return NoCkpt()
+    kind, _, every = cfg.rpartition("_every")
+    kind, every = kind.removeprefix("mr_"), int(every)
+    kw = dict(threads=a.threads) if a.threads else {}
+    if kind == "pm":
+        return PmCkpt(a, job, every, name, group=group, **kw)
+    if kind == "pmco":
+        return PmCkpt(a, job, every, name, shared=os.path.join(a.disk, name), group=group, **kw)
+    if kind == "pmco10":  # copy-out of every 10th commit only (Store(copyout_every=10))
+        return PmCkpt(a, job, every, name, shared=os.path.join(a.disk, name), group=group,
+                      copyout_every=10, **kw)
+    if kind == "pmidle":  # writers (and copier) SCHED_IDLE: Store(writer_policy="idle")
+        return PmCkpt(a, job, every, name, group=group, writer_policy="idle", **kw)
+    if kind == "pm1t":  # one writer thread (Store(threads=1))
+        return PmCkpt(a, job, every, name, group=group, threads=1)
+    if kind == "dcp":
+        return DcpCkpt(a, job, every, name)
+    if kind == "tsave":
+        return TorchSave(a, job, every, name)
+    raise SystemExit(f"bench_train: unknown configuration {cfg}")
+
+
+# ------------------------------------------------------------------ one run
+
+def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
+    cfg, _, tt = cfg.partition(":t")
+    torch.set_num_threads(int(tt) if tt else a.torch_threads)
+    job = Job(a, device, ddp_group)
+    name = f"bt{os.getpid()}-{cfg}{tt}-{rep}"
+    ck = make_ckpt(cfg, a, job, name, group)
+    main = threading.get_native_id()
+    try:
+        for i in range(a.warmup):
+            job.train_step()
+            if ck.every and (i == 1 or (ck.every == 1 and i > 1)):
+                ck.save(job)
+        ck.drain()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if world > 1:
+            torch.distributed.barrier(ddp_group)
+        s0, job.t_fb, job.t_opt = ck.stats(), 0.0, 0.0
+        c0 = thread_cpu()
+        t0 = time.perf_counter()
+        for i in range(1, a.steps + 1):
+            job.train_step()
+            if ck.every and (i - ck.every // 2) % ck.every == 0:
+                ck.save(job)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        cpu = cpu_delta(c0, thread_cpu(), main)
+        s1 = ck.stats()
+        st = {k: s1[k] - s0.get(k, 0) for k in s1}
+        ck.drain()
+    finally:
+        ck.close()
+    r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
+         "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st}
+    return r, job.nparams()
+
+
+# ------------------------------------------------------------------ two ranks
+
+def mr_worker(rank, a, world, initfile, outpath):
+    a.torch_threads = a.mr_threads
+    torch.distributed.init_process_group("gloo", init_method=f"file://{initfile}",
+                                         rank=rank, world_size=world)
+    res = {}
+    try:
+        for rep in range(a.reps):
+            for cfg in (a.mr_configs if rep % 2 == 0 else a.mr_configs[::-1]):
+                r, n = run(cfg, a, torch.device("cpu"), rep, group=True,
+                           ddp_group=torch.distributed.group.WORLD, world=world)
+                res.setdefault(cfg, []).append(r)
+                if rank == 0:
+                    print(f"  rep {rep} {cfg}: {r['tput']:.1f} tokens/s", flush=True)
+        if rank == 0:
+            torch.save(res, outpath)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def multirank(a):
+    import torch.multiprocessing as mp
+    tmp = tempfile.mkdtemp(prefix="bench-train-")
+    out = os.path.join(tmp, "res.pt")
+    try:
+        mp.spawn(mr_worker, args=(a, a.ranks, os.path.join(tmp, "init"), out), nprocs=a.ranks)
+        return torch.load(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ report
+
+def med(rs, key):
+    return statistics.median(r.get(key, 0) for r in rs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default=None, choices=sorted(SIZES))
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="Store(threads=); 0: its default")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch intra-op threads; 0: one core less than the machine's on up "
+                    "to 4 cores (one for the writers), torch's default above")
+    ap.add_argument("--configs", default="none,pm_every1,pm_every10,pmco_every1,pmco_every10,"
+                    "pmco10_every1,pmidle_every1,dcp_every1,dcp_every10,tsave_every10,"
+                    "none:t2,pm_every1:t2")
+    ap.add_argument("--ranks", type=int, default=2, help="0: no multi-rank part")
+    ap.add_argument("--mr-configs", default="mr_none,mr_pm_every1,mr_pm_every10")
+    ap.add_argument("--mr-threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--shm", default="/dev/shm")
+    ap.add_argument("--disk", default="/var/tmp")
+    ap.add_argument("--quick", action="store_true",
+                    help="the short version of make bench: 3 warm-up + 15 steps, 1 repetition, "
+                    "fewer configurations")
+    a = ap.parse_args()
+    if a.quick:
+        a.warmup, a.steps, a.reps = 3, 15, 1
+        a.mr_configs = "mr_none,mr_pm_every1"
+        if a.configs == ap.get_default("configs"):
+            a.configs = "none,pm_every1,pm_every10,pmco10_every1,dcp_every1"
+    device = torch.device(a.device)
+    if a.size is None:
+        a.size = "gpt2-medium" if device.type == "cuda" else "cpu"
+    if not a.torch_threads:
+        n = os.cpu_count() or 1
+        a.torch_threads = max(1, n - 1) if n <= 4 else torch.get_num_threads()
+    a.configs = [c for c in a.configs.split(",") if c]
+    a.mr_configs = [c for c in a.mr_configs.split(",") if c]
+    with open("/proc/loadavg") as f:
+        load0 = f.read().split()[:3]
+
+    R = {}
+    if a.configs:  # not counted: first-time costs of torch (allocator, kernels)
+        run("none", a, device, -1)
+    for rep in range(a.reps):
+        order = a.configs if rep % 2 == 0 else a.configs[::-1]
+        for cfg in order:
+            r, _ = run(cfg, a, device, rep)
+            R.setdefault(cfg, []).append(r)
+            print(f"  rep {rep} {cfg}: {r['tput']:.1f} tokens/s", flush=True)
+    MR = multirank(a) if a.ranks > 1 and a.mr_configs else {}
+    with open("/proc/loadavg") as f:
+        load1 = f.read().split()[:3]
+
+    job = Job(a, device)
+    job.train_step()  # the optimizer's state exists from the first step on
+    nparams = job.nparams()
+    sbytes = sum(t.numel() * t.element_size() for t in pmckpt_tensors(job.state()))
+    print(f"bench: train model {a.size} {nparams / 1e6:.1f} M parameters, "
+          f"{job.tokens_per_step()} tokens a step, checkpoint {sbytes / 1e6:.0f} MB "
+          f"(after the first step), torch threads {a.torch_threads} (unless :tN), "
+          f"{os.cpu_count()} CPUs, {a.warmup} warm-up + {a.steps} measured steps, "
+          f"medians of {a.reps}; load average {' '.join(load0)} before, {' '.join(load1)} after")
+    for cfg, rs in list(R.items()) + list(MR.items()):
+        print(f"bench: train_tput_{cfg} {med(rs, 'tput'):.1f} tokens/s "
+              f"(min {min(r['tput'] for r in rs):.1f}, max {max(r['tput'] for r in rs):.1f})")
+    for cfg, rs in list(R.items()) + list(MR.items()):
+        steps = a.steps
+        parts = [f"fwd+bwd {med(rs, 'fb') / steps * 1e3:.0f}",
+                 f"opt.step {med(rs, 'opt') / steps * 1e3:.1f}"]
+        if "wait_s" in rs[0]:
+            parts.append(f"hook+begin wait {med(rs, 'wait_s') / steps * 1e3:.1f}")
+        if "call_s" in rs[0]:
+            parts.append(f"ckpt call {med(rs, 'call_s') / steps * 1e3:.1f}")
+        parts.append(f"cpu main {med(rs, 'cpu_main') / steps * 1e3:.0f} other "
+                     f"{med(rs, 'cpu_other') / steps * 1e3:.0f} pmckpt "
+                     f"{med(rs, 'cpu_pmckpt') / steps * 1e3:.0f}")
+        extra = ""
+        if "copied" in rs[0]:
+            extra = (f"; copied {med(rs, 'copied'):.0f} of {med(rs, 'committed'):.0f} commits, "
+                     f"copier busy {med(rs, 'copy_busy_s'):.1f} of {med(rs, 'wall'):.1f} s")
+        if rs[0].get("skipped"):
+            extra += f"; skipped {med(rs, 'skipped'):.0f}"
+        print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")
+
+    def ratio(name, num, den, table):
+        if num not in table or den not in table:
+            return
+        rs = [x["tput"] / y["tput"] for x, y in zip(table[num], table[den])]
+        print(f"ratio: {name} {med(table[num], 'tput') / med(table[den], 'tput'):.3f} "
+              f"(per repetition {min(rs):.3f}-{max(rs):.3f})")
+
+    ratio("train_tput_ckpt_every_step_vs_none", "pm_every1", "none", R)
+    ratio("train_tput_ckpt_every10_vs_none", "pm_every10", "none", R)
+    ratio("train_tput_every_step_vs_dcp_async_every_step", "pm_every1", "dcp_every1", R)
+    ratio("train_tput_every10_vs_dcp_async_every10", "pm_every10", "dcp_every10", R)
+    ratio("train_tput_copyout_every_step_vs_none", "pmco_every1", "none", R)
+    ratio("train_tput_copyout_every10_vs_none", "pmco_every10", "none", R)
+    ratio("train_tput_every_step_copyout_every10_vs_none", "pmco10_every1", "none", R)
+    ratio("train_tput_every_step_1writer_vs_none", "pm1t_every1", "none", R)
+    ratio("train_tput_every_step_writers_idle_vs_none", "pmidle_every1", "none", R)
+    ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
+    ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
+    ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
+    bench_ratio = [("dcp_async_every_step_vs_none", "dcp_every1"),
+                   ("dcp_async_every10_vs_none", "dcp_every10"),
+                   ("torch_save_every10_vs_none", "tsave_every10")]
+    for name, cfg in bench_ratio:
+        if cfg in R and "none" in R:
+            print(f"bench: train_tput_{name} {med(R[cfg], 'tput') / med(R['none'], 'tput'):.3f}")
+    ratio("train_tput_multirank_every_step_vs_none", "mr_pm_every1", "mr_none", MR)
+    ratio("train_tput_multirank_every10_vs_none", "mr_pm_every10", "mr_none", MR)
+
+
+def pmckpt_tensors(v):
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from pmckpt_tensors(x)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from pmckpt_tensors(x)
+    elif isinstance(v, torch.Tensor):
+        yield v
+
+
+if __name__ == "__main__":
+    sys.exit(main())
