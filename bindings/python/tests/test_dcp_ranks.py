@@ -325,19 +325,34 @@ def main():
     def launch(mode, world, *args, ranks=None):
         launches[0] += 1
         rdzv = os.path.join(d, f"rdzv.{launches[0]}")
+        # each worker leads its own process group: DCP's checkpoint process and
+        # multiprocessing's helpers inherit its stdout, and are ended with it
         return [subprocess.Popen([sys.executable, HERE, "--worker", mode, d, str(r), str(world),
-                                  rdzv, *map(str, args)],
+                                  rdzv, *map(str, args)], start_new_session=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 for r in (ranks if ranks is not None else range(world))]
 
+    def end_group(p):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def output(procs, timeout=150):
-        text = ""
+        """Each worker's output; a worker that outlives `timeout` (all of them together),
+        or whose children hold its output open after it ended, is killed with its group."""
+        text, end = "", time.monotonic() + timeout
         for p in procs:
             try:
-                o, _ = p.communicate(timeout=timeout)
+                o, _ = p.communicate(timeout=max(1.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
-                o, _ = p.communicate()
+                end_group(p)
+                try:
+                    o, _ = p.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    o = b"(no output: its process group did not end)"
+                o += b"\n(killed after the test's timeout)\n"
+            end_group(p)  # what it left running (a checkpoint process) goes too
             text += o.decode(errors="replace")
         return text
 
