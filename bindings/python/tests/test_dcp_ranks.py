@@ -132,6 +132,10 @@ def fsdp_diff(got, want):
 # ------------------------------------------------------------------ ranks
 
 def worker(mode, d, rank, world, rdzv, args):
+    # DCP's checkpoint process (AsyncCheckpointerType.PROCESS) rendezvouses over TCP at
+    # MASTER_ADDR, else at this host's name, which need not resolve (a chroot without
+    # /etc/hosts): the loopback address always does.
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     import datetime
     import logging
     import warnings
