@@ -45,6 +45,7 @@ cmd_create(const struct opts *o)
 	if (ret)
 		return tool_fail("%s", pma_errormsg());
 
+	/* `what` names what was there already: nothing, a pool, or what the refusal says. */
 	ret = pma_pool_open_or_create(h.region, 0, &h.pool, &created);
 	if (ret == 0 && !created) {
 		struct names l = {0};
@@ -53,7 +54,6 @@ cmd_create(const struct opts *o)
 				l.n == 1 ? "" : "s");
 		free_names(&l);
 		pma_pool_close(&h.pool);
-		ret = PMA_E_NOT_POOL; /* treated like any other content below */
 		if (!o->force) {
 			ret = tool_fail("%s already holds %s; --force formats it, destroying them", o->pool,
 					what);
@@ -67,7 +67,7 @@ cmd_create(const struct opts *o)
 			goto out;
 		}
 	}
-	if (ret) { /* --force */
+	if (what[0]) { /* --force */
 		if ((ret = pma_pool_create(h.region, 0, &h.pool))) {
 			ret = tool_fail("%s", pma_errormsg());
 			goto out;
