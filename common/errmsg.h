@@ -31,6 +31,35 @@ int errmsg_vset(char *buf, int code, const char *fmt, va_list ap) ERRMSG_HIDDEN;
 int errmsg_vprefix(char *buf, int code, const char *fmt, va_list ap) ERRMSG_HIDDEN;
 
 /*
+ * ERRMSG_DEFINE_WRITERS(err, err_prefix, buffer) -- defines a library's two
+ * writers, `int err(int code, const char *fmt, ...)` (the message, then
+ * returns code) and `int err_prefix(int code, const char *fmt, ...)`
+ * ("<formatted>: <message>"), writing into the ERRMSG_MAX-byte array that
+ * the expression `buffer` yields.  Each library defines its own names with
+ * it, so two static archives linked together never define one symbol
+ * twice, and the code is written once (here).
+ */
+#define ERRMSG_DEFINE_WRITERS(err, err_prefix, buffer) \
+	int \
+	err(int code, const char *fmt, ...) \
+	{ \
+		va_list ap; \
+		va_start(ap, fmt); \
+		errmsg_vset((buffer), code, fmt, ap); \
+		va_end(ap); \
+		return code; \
+	} \
+	int \
+	err_prefix(int code, const char *fmt, ...) \
+	{ \
+		va_list ap; \
+		va_start(ap, fmt); \
+		errmsg_vprefix((buffer), code, fmt, ap); \
+		va_end(ap); \
+		return code; \
+	}
+
+/*
  * libpmalloc's writers (pmalloc/errmsg.c): pma__err records a message for
  * pma_errormsg() and returns code, so a failure reads
  * `return pma__err(-EINVAL, "...", ...);`; pma__err_prefix prepends

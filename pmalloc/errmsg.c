@@ -14,24 +14,4 @@ pma_errormsg(void)
 	return last_error;
 }
 
-int
-pma__err(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vset(last_error, code, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-int
-pma__err_prefix(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vprefix(last_error, code, fmt, ap);
-	va_end(ap);
-	return code;
-}
+ERRMSG_DEFINE_WRITERS(pma__err, pma__err_prefix, last_error)

@@ -10,30 +10,4 @@
 #include "pmalloc.h"
 #include "errmsg.h"
 
-static char *
-buffer(void)
-{
-	return (char *)pma_errormsg();
-}
-
-int
-pma_ns__err(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vset(buffer(), code, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-int
-pma_ns__err_prefix(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vprefix(buffer(), code, fmt, ap);
-	va_end(ap);
-	return code;
-}
+ERRMSG_DEFINE_WRITERS(pma_ns__err, pma_ns__err_prefix, (char *)pma_errormsg())

@@ -11,30 +11,4 @@
 #include "pmalloc.h"
 #include "errmsg.h"
 
-static char *
-buffer(void)
-{
-	return (char *)pma_errormsg();
-}
-
-int
-pmck__err(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vset(buffer(), code, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-int
-pmck__err_prefix(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vprefix(buffer(), code, fmt, ap);
-	va_end(ap);
-	return code;
-}
+ERRMSG_DEFINE_WRITERS(pmck__err, pmck__err_prefix, (char *)pma_errormsg())
