@@ -304,6 +304,27 @@ struct pma_alloc_info {
 int pma_pool_foreach(struct pma_pool *p,
 		int (*cb)(const struct pma_alloc_info *info, void *arg), void *arg);
 
+/* ------------------------------------------------------------------ sizes */
+
+/*
+ * pma_size_parse -- a size as people write it into bytes: "4096", "992M",
+ * "1G", "2MiB", "1.5G", "3gib", "512B".  The text is digits, optionally a
+ * decimal point and at most 18 more digits, then optionally a unit K, M,
+ * G or T (powers of 1024, any case) which may be followed by "i", "iB" or
+ * "B" (any case); a bare "B" means bytes.  A fraction of a byte is rounded
+ * down ("1.5" is 1, "0.3K" is 307).  Nothing else is accepted: no sign,
+ * space, exponent or hexadecimal.  Every tool and config text of the
+ * project reads sizes with this call.
+ * Errors: -EINVAL (not such a text, or NULL), -ERANGE (more than 2^64 - 1).
+ */
+int pma_size_parse(const char *text, uint64_t *out);
+
+/*
+ * pma_size_format -- bytes as "992.00 MiB" (two decimals and a binary
+ * unit; "512 B" below 1 KiB) into buf (len bytes, truncated); returns buf.
+ */
+const char *pma_size_format(uint64_t bytes, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -458,12 +458,12 @@ int pma_ns_destroy(const char *selector, unsigned flags);
 /* ---------------------------------------------------------------- sizes */
 
 /*
- * pma_ns_size_parse -- "992M", "1G", "4096", "2MiB" (K, M, G, T are powers
- * of 1024; an optional "iB" or "B" follows).  Errors: -EINVAL, -ERANGE.
+ * pma_ns_size_parse, pma_ns_size_format -- pma_size_parse and
+ * pma_size_format (include/pmalloc.h), under their earlier names; kept for
+ * compatibility.  Since 0.1.0 they accept fractions ("1.5G") and a unit
+ * followed by "i" alone ("1Gi"), as pma_size_parse does.
  */
 int pma_ns_size_parse(const char *text, uint64_t *out);
-
-/* pma_ns_size_format -- "992.00 MiB" into buf (len bytes); returns buf. */
 const char *pma_ns_size_format(uint64_t bytes, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -51,7 +51,7 @@ put_size(struct out *o, json_object *obj, const char *key, uint64_t v)
 	char buf[32];
 
 	if (o->flags & PMA_NS_JSON_HUMAN)
-		put(o, obj, key, json_object_new_string(pma_ns_size_format(v, buf, sizeof(buf))));
+		put(o, obj, key, json_object_new_string(pma_size_format(v, buf, sizeof(buf))));
 	else
 		put(o, obj, key, json_object_new_int64((int64_t)v));
 }
@@ -275,7 +275,7 @@ get_u64(struct in *in, json_object *o, const char *key, uint64_t dflt)
 		return dflt;
 	if (json_object_is_type(v, json_type_string)) {
 		uint64_t x;
-		if (pma_ns_size_parse(json_object_get_string(v), &x) == 0)
+		if (pma_size_parse(json_object_get_string(v), &x) == 0)
 			return x;
 	} else if (json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= 0) {
 		return (uint64_t)json_object_get_int64(v);

@@ -162,7 +162,7 @@ add_action(struct planner *pl, const struct pma_prov_action *a, const char *fmt,
 static const char *
 fmt_size(uint64_t v, char *buf)
 {
-	return pma_ns_size_format(v, buf, 32);
+	return pma_size_format(v, buf, 32);
 }
 
 static uint64_t

@@ -150,14 +150,14 @@ pma_prov_spec_add(struct pma_prov_spec *s, const struct pma_prov_ns *ns)
 	if (align != PMA_NS_ALIGN_2M && align != PMA_NS_ALIGN_1G)
 		return pma_ns__err(-EINVAL, "%s: alignment %s not supported: devdax namespaces "
 				"here are 2M (default) or 1G aligned", label,
-				pma_ns_size_format(align, buf, sizeof(buf)));
+				pma_size_format(align, buf, sizeof(buf)));
 	if (ns->size && ns->size < PMA_NS_MIN_SIZE)
 		return pma_ns__err(-EINVAL, "%s: size %s is below the kernel's minimum of 16 MiB",
-				label, pma_ns_size_format(ns->size, buf, sizeof(buf)));
+				label, pma_size_format(ns->size, buf, sizeof(buf)));
 	if (ns->size % align)
 		return pma_ns__err(-EINVAL, "%s: size %llu is not a multiple of the alignment (%s)",
 				label, (unsigned long long)ns->size,
-				pma_ns_size_format(align, buf, sizeof(buf)));
+				pma_size_format(align, buf, sizeof(buf)));
 	if (ns->size && ns->dev)
 		return pma_ns__err(-EINVAL, "%s: dev= takes over %s whole: give no size", label, ns->dev);
 	for (size_t i = 0; i < s->n; i++) {
@@ -279,7 +279,7 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 			if (strcmp(val, "all") == 0) {
 				ns.size = 0;
 			} else {
-				int rc = pma_ns_size_parse(val, &ns.size);
+				int rc = pma_size_parse(val, &ns.size);
 				if (rc)
 					return prefixed(rc, ctx);
 				if (ns.size == 0)
@@ -287,7 +287,7 @@ parse_statement(struct pma_prov_spec *s, char *line, const char *ctx)
 							"all free capacity", ctx);
 			}
 		} else if (strcmp(key, "align") == 0) {
-			int rc = pma_ns_size_parse(val, &ns.align);
+			int rc = pma_size_parse(val, &ns.align);
 			if (rc)
 				return prefixed(rc, ctx);
 			if (ns.align == 0)

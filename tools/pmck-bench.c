@@ -478,7 +478,7 @@ main(int argc, char **argv)
 		} else if (!v) {
 			bad = 1;
 		} else if (!strcmp(a, "--size")) {
-			bad = tool_parse_size(v, &size) || size < MiB;
+			bad = pma_size_parse(v, &size) || size < MiB;
 		} else if (!strcmp(a, "--threads")) {
 			bad = tool_parse_uint(v, 1, 1024, &n);
 			threads = (unsigned)n;

@@ -65,7 +65,7 @@ usage(FILE *f)
 static const char *
 sz(uint64_t v, char *buf)
 {
-	return pma_ns_size_format(v, buf, 32);
+	return pma_size_format(v, buf, 32);
 }
 
 /* Reads a whole file (a JSON listing). */
@@ -477,7 +477,7 @@ cmd_reconfigure(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "a:n:fjh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'a':
-			if (pma_ns_size_parse(optarg, &align))
+			if (pma_size_parse(optarg, &align))
 				return tool_usage_error("reconfigure: --align: %s", pma_errormsg());
 			break;
 		case 'n': name = optarg; break;

@@ -122,27 +122,7 @@ tool_median(double *v, size_t n)
 int
 tool_parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	uint64_t mul = 1;
-
-	if (errno || end == s || !(v >= 0)) /* NaN too */
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': mul = (uint64_t)1 << 10; end++; break;
-	case 'm': case 'M': mul = (uint64_t)1 << 20; end++; break;
-	case 'g': case 'G': mul = (uint64_t)1 << 30; end++; break;
-	case 't': case 'T': mul = (uint64_t)1 << 40; end++; break;
-	}
-	if (mul > 1 && (*end == 'i' || *end == 'I'))
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * (double)mul >= 1.8e19)
-		return -1;
-	*out = (uint64_t)(v * (double)mul);
-	return 0;
+	return pma_size_parse(s, out) ? -1 : 0;
 }
 
 int

@@ -156,7 +156,7 @@ main(int argc, char **argv)
 			o.have_world = 1;
 			break;
 		case OPT_SIZE:
-			if (tool_parse_size(optarg, &o.size) || o.size == 0)
+			if (pma_size_parse(optarg, &o.size) || o.size == 0)
 				return tool_usage_error("--size wants a size such as 512M, 8G or 1073741824, "
 						"not '%s'", optarg);
 			o.have_size = 1;
