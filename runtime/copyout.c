@@ -55,71 +55,53 @@ now_ns(void)
 }
 
 /*
- * Retention.  The steps of this job's lineage are the complete ones whose
- * marker names this store's layout and this world size; ordered newest
- * first by (generation, step), the first `keep` stay and the others go.
+ * Retention of this job's lineage: the complete steps whose marker names
+ * this store's layout and this world size (the rule is retention.c's).
  * This copier's generation is the largest in the directory for its
  * layout, so its own newest `keep` steps are never removed, whatever their
  * step numbers (a run restarting at step 1 next to an old run's 1339).
  * Steps of another layout or world size, and steps whose marker cannot be
  * read, are never touched here (pmck_copyout_clean, `pmckpt clean`,
- * applies this rule to every lineage; runtime/copyout_dir.c).
- *
- * Incomplete steps: with cleanup_all (start-up of a single rank: no
- * writer is running) every one goes.  While running, only one older than
- * the oldest kept step of this copier's own generation: this job has
- * completed a newer step, so every rank's copy of the older one has ended
- * (each rank copies in step order), and the step is a leftover of a failed
- * copy.  A newer or unrelated one may be in progress elsewhere and stays.
+ * applies the rule to every lineage; runtime/copyout_dir.c).  With
+ * cleanup_all (start-up of a single rank: no writer is running) every
+ * incomplete step goes, and the *.tmp files of kept steps (a re-copy of a
+ * complete step killed halfway).
  */
 static int
 clean(struct pmck_copyout *c, int cleanup_all)
 {
+	struct pmck__retention r = {
+		.keep = c->o.keep,
+		.flags = cleanup_all ? PMCK__RETAIN_ALL_INCOMPLETE : 0,
+		.layout_hash = pmck_store_layout_hash(c->store),
+		.world_size = c->o.world_size,
+		.generation = c->generation,
+	};
 	struct pmck__steps l;
 	int ret = pmck__list_steps(c->dir, &l);
 	if (ret)
 		return ret;
-	size_t *idx = malloc((l.n + 1) * sizeof(*idx));
-	char *drop = calloc(l.n + 1, 1), *kept = calloc(l.n + 1, 1);
-	if (!idx || !drop || !kept) {
+	struct pmck__verdict *v = malloc((l.n + 1) * sizeof(*v));
+	if (!v)
 		ret = pma__err(-ENOMEM, "out of memory");
-		goto out;
-	}
-	size_t n = pmck__order_ours(&l, pmck_store_layout_hash(c->store), c->o.world_size, idx);
-	int64_t own_oldest = -1; /* oldest kept step of this copier's generation */
-	for (size_t k = 0; k < n; k++) {
-		size_t i = idx[k];
-		if (k >= c->o.keep) {
-			drop[i] = 1;
-			continue;
-		}
-		kept[i] = 1;
-		if (l.m[i].generation == c->generation &&
-		    (own_oldest < 0 || l.step[i] < own_oldest))
-			own_oldest = l.step[i];
-	}
-	for (size_t i = 0; i < l.n; i++)
-		if (!l.complete[i])
-			drop[i] = cleanup_all || (own_oldest >= 0 && l.step[i] < own_oldest);
+	else
+		ret = pmck__retention_decide(&l, &r, v);
 
 	char name[64];
 	for (size_t i = 0; i < l.n && !ret; i++) {
 		snprintf(name, sizeof(name), "step-%012" PRId64, l.step[i]);
-		if (kept[i] && cleanup_all) /* a re-copy of a complete step killed halfway */
+		if (v[i].fate == PMCK__KEEP && cleanup_all)
 			ret = pmck__remove_tmp(c->dir, name);
-		if (ret || !drop[i])
+		if (ret || (v[i].fate != PMCK__REMOVE && v[i].fate != PMCK__REMOVE_INCOMPLETE))
 			continue;
 		ret = pmck__remove_step(c->dir, name);
-		if (!ret && l.complete[i]) {
+		if (!ret && v[i].fate == PMCK__REMOVE) {
 			pthread_mutex_lock(&c->lock);
 			c->stats.deleted++;
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
-out:
-	free(idx);
-	free(drop);
-	free(kept);
+	free(v);
 	pmck__free_steps(&l);
 	return ret;
 }

@@ -296,15 +296,24 @@ pmck_copyout_listing_free(struct pmck_copyout_listing **l)
 }
 
 /*
- * Retention per lineage.  The decisions are those of the copier's clean()
- * at start-up (runtime/copyout.c), for every lineage in the directory
- * instead of one: pmck__order_ours ranks the steps of each (layout hash,
- * world size) newest first by (generation, step).
+ * Retention per lineage: retention.c's rule (the copier's), for every
+ * lineage in the directory instead of one, and for every incomplete step
+ * (no job is running).
  */
 int
 pmck_copyout_clean(const char *dir, unsigned keep, unsigned flags,
 		int (*report)(void *arg, const struct pmck_clean_event *ev), void *arg)
 {
+	static const enum pmck_clean_action action[] = {
+		[PMCK__LEAVE] = PMCK_CLEAN_UNKNOWN,
+		[PMCK__KEEP] = PMCK_CLEAN_KEPT,
+		[PMCK__REMOVE] = PMCK_CLEAN_REMOVED,
+		[PMCK__REMOVE_INCOMPLETE] = PMCK_CLEAN_INCOMPLETE,
+	};
+	struct pmck__retention r = {
+		.keep = keep,
+		.flags = PMCK__RETAIN_EVERY_LINEAGE | PMCK__RETAIN_ALL_INCOMPLETE,
+	};
 	struct pmck_copyout_listing *ls;
 	struct pmck__steps l;
 	int dry = flags & PMCK_CLEAN_DRY_RUN, ret;
@@ -318,59 +327,36 @@ pmck_copyout_clean(const char *dir, unsigned keep, unsigned flags,
 	if ((ret = list_dir(dir, &l, &ls)))
 		return ret;
 
-	size_t *idx = malloc((l.n + 1) * sizeof(*idx)), *pos = malloc((l.n + 1) * sizeof(*pos));
-	char *ranked = calloc(l.n + 1, 1);
-	if (!idx || !pos || !ranked) {
+	struct pmck__verdict *v = malloc((l.n + 1) * sizeof(*v));
+	if (!v)
 		ret = pma__err(-ENOMEM, "out of memory");
-		goto out;
-	}
-	/* Each lineage once, from its first step met: positions newest first. */
-	for (size_t i = 0; i < l.n; i++) {
-		if (ranked[i] || !l.complete[i] || !l.m[i].has_layout)
-			continue;
-		size_t n = pmck__order_ours(&l, l.m[i].layout_hash, l.m[i].world_size, idx);
-		for (size_t k = 0; k < n; k++) {
-			ranked[idx[k]] = 1;
-			pos[idx[k]] = k;
-		}
-	}
+	else
+		ret = pmck__retention_decide(&l, &r, v);
 
 	for (size_t i = 0; i < l.n && !ret; i++) {
 		const struct pmck_copyout_step *s = &ls->steps[l.n - 1 - i];
-		struct pmck_clean_event ev = {.step = s};
+		struct pmck_clean_event ev = {action[v[i].fate], s, NULL, v[i].lineage_pos};
 
-		if (!l.complete[i]) {
-			ev.action = PMCK_CLEAN_INCOMPLETE;
-		} else if (!ranked[i]) {
-			ev.action = PMCK_CLEAN_UNKNOWN;
-		} else if (pos[i] >= keep) {
-			ev.action = PMCK_CLEAN_REMOVED;
-			ev.lineage_pos = pos[i];
-		} else {
-			ev.action = PMCK_CLEAN_KEPT;
-			ev.lineage_pos = pos[i];
+		if (v[i].fate == PMCK__KEEP) {
 			/* A kept step's *.tmp files: a re-copy of it killed halfway. */
 			if (!dry && (ret = pmck__remove_tmp(dir, s->name)))
 				break;
 			for (size_t k = 0; k < s->nfiles && report && !ret; k++)
 				if (s->files[k].temporary) {
 					struct pmck_clean_event t = {PMCK_CLEAN_TEMPORARY, s,
-							&s->files[k], pos[i]};
+							&s->files[k], v[i].lineage_pos};
 					ret = report(arg, &t);
 				}
 			if (ret)
 				break;
 		}
-		if (!dry && (ev.action == PMCK_CLEAN_INCOMPLETE || ev.action == PMCK_CLEAN_REMOVED) &&
+		if (!dry && (v[i].fate == PMCK__REMOVE || v[i].fate == PMCK__REMOVE_INCOMPLETE) &&
 		    (ret = pmck__remove_step(dir, s->name)))
 			break;
 		if (report)
 			ret = report(arg, &ev);
 	}
-out:
-	free(idx);
-	free(pos);
-	free(ranked);
+	free(v);
 	pmck__free_steps(&l);
 	pmck_copyout_listing_free(&ls);
 	return ret;

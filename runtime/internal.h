@@ -207,6 +207,33 @@ int pmck__remove_tmp(const char *dir, const char *name);
 /* Is a file of a step directory such a leftover (name ends in ".tmp")? */
 int pmck__is_tmp(const char *name);
 
+/*
+ * retention.c: which steps of a listing stay and which go, for the copier
+ * (its own lineage) and pmck_copyout_clean (every lineage); one verdict per
+ * step of l into v (l->n entries).  -ENOMEM.
+ */
+#define PMCK__RETAIN_EVERY_LINEAGE 1u /* every (layout, world size); else the one named */
+#define PMCK__RETAIN_ALL_INCOMPLETE 2u /* every incomplete step goes (no writer runs) */
+struct pmck__retention {
+	unsigned keep;        /* complete steps kept per lineage, at least 1 */
+	unsigned flags;       /* PMCK__RETAIN_* */
+	uint64_t layout_hash; /* the lineage, without PMCK__RETAIN_EVERY_LINEAGE */
+	unsigned world_size;
+	uint64_t generation;  /* the copier's: bounds which incomplete steps are leftovers */
+};
+enum pmck__fate {
+	PMCK__LEAVE,             /* untouched: no known lineage, another lineage, or maybe in progress */
+	PMCK__KEEP,              /* complete, among its lineage's newest `keep` */
+	PMCK__REMOVE,            /* complete, older than its lineage's newest `keep` */
+	PMCK__REMOVE_INCOMPLETE, /* no COMPLETE, a leftover */
+};
+struct pmck__verdict {
+	enum pmck__fate fate;
+	size_t lineage_pos;      /* KEEP, REMOVE: 0 for its lineage's newest */
+};
+int pmck__retention_decide(const struct pmck__steps *l, const struct pmck__retention *r,
+		struct pmck__verdict *v);
+
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */
 #define PMCK_MAX_WORKERS 8
