@@ -468,7 +468,7 @@ struct pmck_local_opts {
 	const char *pm_path;      /* devdax device or file on fsdax; NULL: no PM, use the ramdisk */
 	const char *ramdisk_dir;  /* directory for the fallback file (created if missing); NULL: /dev/shm */
 	const char *store_name;   /* NULL: "default" */
-	const struct pmck_tensor_desc *descs; /* the layout (required) */
+	const struct pmck_tensor_desc *descs; /* the layout (required but with PMCK_LOCAL_EXISTING) */
 	size_t ndescs;
 	/*
 	 * Bytes of a pm_path file that does not exist yet, which is then
@@ -482,6 +482,7 @@ struct pmck_local_opts {
 
 /* Flags of struct pmck_local_opts. */
 #define PMCK_LOCAL_RDONLY (1u << 0) /* open the existing store read-only (PMA_REGION_RDONLY) */
+#define PMCK_LOCAL_EXISTING (1u << 1) /* open the existing store for writing; create nothing */
 
 /* A region, its pool and one store, opened together. */
 struct pmck_local {
@@ -511,6 +512,14 @@ struct pmck_local {
  * With PMCK_LOCAL_RDONLY nothing is created or written: the file, pool and
  * store must exist (-ENOENT otherwise) with this layout; the region is
  * mapped read-only under a shared lock, and recover and read work.
+ * With PMCK_LOCAL_EXISTING nothing is created (no directory, file, pool or
+ * store) and the store opens for writing as pmck_store_open does: -ENOENT
+ * for a missing file or store, PMA_E_NOT_POOL for a region without a pool
+ * (a ramdisk file left blank or short by an interrupted creation is such a
+ * region, and is left as it is); descs may be NULL, for the store's own
+ * layout (else it must be this layout: PMCK_E_LAYOUT).  The region is not
+ * prefaulted (pma_region_prefault before writing, if page faults matter).
+ * Other flags: -EINVAL.
  * Errors: those of pma_region_open (PMA_E_BUSY), pma_pool_open_or_create
  * (PMA_E_NOT_POOL for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
  * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout); -ENOENT

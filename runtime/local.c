@@ -58,7 +58,7 @@ zero_magic(const struct pma_region *r)
 	return pma_region_size(r) >= sizeof(zero) && !memcmp(pma_region_addr(r), zero, sizeof(zero));
 }
 
-/* Read-only: the store must exist with this layout (open_or_create would try to create it). */
+/* Opening what exists: the store must exist with this layout (open_or_create would create it). */
 static int
 local_open_existing(struct pma_pool *p, const char *name, const struct pmck_tensor_desc *descs,
 		size_t n, struct pmck_store **out)
@@ -166,45 +166,60 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 	int made = 0;
 	int ret;
 
-	if (!o || !l || !o->descs)
-		return pma__err(-EINVAL, "pmck_local_open: opts with a layout and out are required");
+	if (!o || !l)
+		return pma__err(-EINVAL, "pmck_local_open: opts and out are required");
+	if (o->flags & ~(PMCK_LOCAL_RDONLY | PMCK_LOCAL_EXISTING))
+		return pma__err(-EINVAL, "pmck_local_open: unknown flags %#x", o->flags);
+	if (!o->descs && !(o->flags & PMCK_LOCAL_EXISTING))
+		return pma__err(-EINVAL, "pmck_local_open: a layout is required unless "
+				"PMCK_LOCAL_EXISTING opens the store's own");
 	memset(l, 0, sizeof(*l));
-	if ((ret = pmck_local_pool_size(o->descs, o->ndescs, &size)))
+	if (o->descs && (ret = pmck_local_pool_size(o->descs, o->ndescs, &size)))
 		return ret;
 
 	int rdonly = !!(o->flags & PMCK_LOCAL_RDONLY);
+	int existing = rdonly || (o->flags & PMCK_LOCAL_EXISTING); /* create nothing */
+	unsigned rflags = (rdonly ? PMA_REGION_RDONLY : 0) |
+			  (o->flags & PMCK_LOCAL_EXISTING ? PMA_REGION_NO_PREFAULT : 0);
 	if (o->pm_path) {
 		snprintf(l->path, sizeof(l->path), "%s", o->pm_path);
-		ret = rdonly ? pma_region_open(o->pm_path, 0, PMA_REGION_RDONLY, &l->region)
-			     : open_pm(o, size, l, &made);
-	} else if (rdonly) {
-		/* Reading creates nothing: no directory, no file, no pool, no store. */
+		ret = existing ? pma_region_open(o->pm_path, 0, rflags, &l->region)
+			       : open_pm(o, size, l, &made);
+	} else if (existing) {
+		/* Opening what exists creates nothing: no directory, no file, no pool, no store. */
 		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
 		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
 		    (int)sizeof(l->path))
 			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
-		ret = pma_region_open(l->path, 0, PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT,
-				&l->region);
+		if ((o->flags & PMCK_LOCAL_EXISTING) && access(l->path, F_OK) == 0 &&
+		    !holds_pool_magic(l->path))
+			/* It may be too short to map: what a creation killed before the pool's magic leaves. */
+			ret = pma__err(PMA_E_NOT_POOL, "%s holds no pool yet (a creation interrupted "
+					"before the pool was formatted: an open that creates formats it)",
+					l->path);
+		else
+			ret = pma_region_open(l->path, 0, rflags | PMA_REGION_NO_PREFAULT, &l->region);
 	} else {
 		ret = open_ramdisk(o, name, size, l, &made, dir_made, sizeof(dir_made));
 	}
 	if (!ret) {
 		describe_backend(o, l);
 		/* Format only what is blank: never a medium holding something else. */
-		ret = rdonly ? pma_pool_open(l->region, &l->pool)
-			     : pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
+		ret = existing ? pma_pool_open(l->region, &l->pool)
+			       : pma_pool_open_or_create(l->region, 0, &l->pool, &l->created);
 		/*
 		 * Our own ramdisk file (our name, our directory) whose pool magic is
 		 * still zero: a creation killed before its last persist point (the
 		 * magic is cleared first and written last).  It holds no pool, and
 		 * the region's lock is ours: formatting it again loses nothing.
 		 */
-		if (ret == PMA_E_NOT_POOL && !rdonly && !o->pm_path && zero_magic(l->region) &&
+		if (ret == PMA_E_NOT_POOL && !existing && !o->pm_path && zero_magic(l->region) &&
 		    (ret = pma_pool_create(l->region, 0, &l->pool)) == 0)
 			l->created = 1;
 	}
-	if (!ret && rdonly)
-		ret = local_open_existing(l->pool, name, o->descs, o->ndescs, &l->store);
+	if (!ret && existing)
+		ret = o->descs ? local_open_existing(l->pool, name, o->descs, o->ndescs, &l->store)
+			       : pmck_store_open(l->pool, name, &l->store);
 	else if (!ret)
 		ret = pmck_store_open_or_create(l->pool, name, o->descs, o->ndescs, &l->store);
 	l->made_file = made;
