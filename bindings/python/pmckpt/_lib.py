@@ -35,6 +35,7 @@ PMA_REGION_CREATE = 1 << 0
 PMA_REGION_NO_PREFAULT = 1 << 1
 PMA_REGION_RDONLY = 1 << 2
 PMCK_LOCAL_RDONLY = 1 << 0
+PMCK_LOCAL_EXISTING = 1 << 1
 
 # enum pmck_dtype
 DT_BYTES, DT_BOOL, DT_U8, DT_I8, DT_I16, DT_U16, DT_F16, DT_BF16, DT_I32, DT_U32, \
@@ -316,3 +317,4 @@ def strerror(rc):
 
 
 ENOENT = -_errno.ENOENT
+EINVAL = -_errno.EINVAL

@@ -1,0 +1,405 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Saving through the store's pipeline: a state_dict turned into tensors and
+metadata (_prepare), a checkpoint begun and queued layer by layer (_start,
+_put_meta), its end (_finish, _settle, _abandon), the SaveHandle the caller
+waits on, saves registered before they begin (_PendingSave: DCP's zero-copy
+async_save), the commit-driven copy-out (_copy_out) and the writer threads'
+scheduling policy.  Internals of pmckpt.Store (store.py), mixed into it."""
+import ctypes
+import os
+import threading
+import time
+from ctypes import byref, c_void_p
+
+import torch
+
+from . import _lib
+from ._lib import lib, check
+from ._state import FORMAT, Flattener, Layout, blob_capacity, make_blob, module_prefix
+from .errors import Error, MetadataTooLargeError, error_for
+
+_GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
+                "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
+
+
+class SaveHandle:
+    """An asynchronous checkpoint in flight (Store.save_async).
+
+    Its sources, the state_dict's tensors, must stay unchanged until the layer
+    that holds them is persisted: wait_layer(name) / wait_for(tensors) block
+    only for what is asked, wait() for the whole checkpoint (committed and
+    durable in the store's slot), raising the failure if there was one."""
+
+    def __init__(self, store, step, entries, keep, skipped=False):
+        self.step = step
+        self.skipped = skipped
+        self._store = store
+        self._keep = keep
+        self._done = skipped
+        self._all_put = False
+        self._error = None
+        self._layer_of = {}   # tensor name or module prefix -> its layers
+        self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
+        for e in entries:
+            self._layer_of.setdefault(e.name, set()).add(e.layer)
+            self._layer_of.setdefault(module_prefix(e.name), set()).add(e.layer)
+            if e.zero_copy and e.nbytes:
+                self._ptr_layer.setdefault(e.tensor.data_ptr(), e.layer)
+        self._layers = {e.layer for e in entries}
+
+    @property
+    def done(self):
+        """True once wait() has returned (or the checkpoint was skipped)."""
+        return self._done
+
+    def wait(self):
+        """Blocks until the checkpoint is committed (durable); raises its failure."""
+        if not self._done:
+            self._store._finish(self)
+        if self._error is not None:
+            raise self._error
+
+    def _wait_layers(self, layers):
+        if self._done:
+            return
+        pipe = self._store._pipe
+        for layer in sorted(layers):
+            rc = lib.pmck_pipeline_wait_layer(pipe, layer)
+            if rc < 0:
+                self._store._finish(self)
+                raise self._error or error_for(rc, f"checkpoint of step {self.step} failed")
+
+    def wait_layer(self, name):
+        """Blocks until the layer holding `name` is persisted: a tensor name
+        ("model/fc1.weight"), a module prefix ("model/fc1") or a layer number."""
+        if isinstance(name, int) and name in self._layers:
+            layers = [name]
+        elif isinstance(name, str) and name in self._layer_of:
+            layers = self._layer_of[name]
+        else:
+            raise KeyError(f"no tensor or module '{name}' in the checkpoint of step {self.step}")
+        self._wait_layers(layers)
+
+    def wait_for(self, tensors):
+        """Blocks until every given tensor that is a source of this checkpoint
+        is persisted (others are ignored): call before modifying them in place."""
+        if self._done:
+            return
+        layers = {self._ptr_layer.get(t.data_ptr()) for t in tensors}
+        layers.discard(None)
+        self._wait_layers(layers)
+
+
+class _PendingSave:
+    """A save that reads the live tensors and has not begun yet: DCP's async_save
+    with StorageWriter(staging="none") returns before its thread plans and
+    begins the checkpoint.  Store.wait_for (the hooks) waits until it has begun
+    (then for its layers), or until it is released: failed before its begin, or
+    its thread ended without one.
+
+    thread: the thread that will begin it, once known (bind()); waiters poll
+    whether it is still alive, so that a save dying anywhere before its begin
+    (in DCP's planning, a collective, another rank) never leaves them blocked."""
+
+    POLL = 0.05
+
+    def __init__(self, store, what):
+        self.store = store
+        self.what = what
+        self.handle = None
+        self.error = None
+        self.thread = None
+        self._event = threading.Event()
+
+    @property
+    def settled(self):
+        return self._event.is_set()
+
+    def bind(self, thread=None):
+        """The thread that will begin this save (DCP's checkpoint thread)."""
+        if self.thread is None:
+            self.thread = thread or threading.current_thread()
+
+    def _settle(self, handle, error):
+        s = self.store
+        with s._pending_lock:
+            if self._event.is_set():
+                return
+            self.handle, self.error = handle, error
+            if self in s._pending:
+                s._pending.remove(self)
+            self._event.set()
+
+    def begun(self, handle):
+        self._settle(handle, None)
+
+    def release(self, error=None):
+        """Never begins (failed, abandoned): waiters go on."""
+        self._settle(None, error or Error(f"{self.what} ended before it began"))
+
+    def wait_begun(self):
+        """Blocks until the save has begun (returns its SaveHandle) or was released
+        (returns None)."""
+        while not self._event.wait(self.POLL):
+            t = self.thread
+            if t is not None and not t.is_alive():
+                self.release(Error(f"{self.what}: its thread ({t.name}) ended before the "
+                                   "checkpoint began"))
+        return self.handle
+
+
+class _Prepared:
+    """A state_dict turned into store tensors and a metadata document, checked."""
+
+    def __init__(self, entries, doc, binary=b"", extra_capacity=0):
+        self.entries = entries
+        self.doc = doc
+        self.binary = binary
+        self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
+
+
+class _Pipeline:
+    """The save path of a Store."""
+
+    def _prepare(self, state_dict, step, kind="state_dict", extra_capacity=0):
+        if not isinstance(state_dict, dict):
+            raise TypeError("a state_dict is a dict")
+        cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in _leaves(state_dict))
+        gpu_path = cuda and self._gpu_ok(state_dict)
+        fl = Flattener(stage_cuda=cuda and not gpu_path)
+        tree = fl.encode(state_dict)
+        doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
+               "tree": tree, "tensors": {e.name: e.info for e in fl.entries if e.info}}
+        prep = _Prepared(fl.entries, doc, extra_capacity=extra_capacity)
+        prep.gpu = gpu_path
+        return prep
+
+    def _gpu_ok(self, state_dict):
+        dev = next(t.device for t in _leaves(state_dict) if isinstance(t, torch.Tensor) and t.is_cuda)
+        return lib.pmck_gpu_available(dev.index or 0) == 0
+
+    def _start(self, prep, step, pending=None):
+        """Begins checkpoint `step` and queues every tensor layer (not the metadata).
+        Returns the handle; _put_meta completes it.  pending: the _PendingSave this
+        checkpoint is (the hooks waiting on it go on to wait for its layers)."""
+        blob = make_blob(prep.doc, prep.binary)
+        cap = blob_capacity(len(blob) + prep.extra_capacity, self.meta_capacity)
+        layout = Layout.of(prep.entries, cap)
+        with self._lock:
+            prev = self._inflight
+            if prev is not None and (self.on_busy == "wait" or not prev._all_put):
+                self._finish(prev)
+                prev = None
+            if self._layout is not None:  # keep the store's capacity (a layout never changes)
+                layout = Layout.of(prep.entries, self._layout.capacity())
+            elif self._h is None:
+                self._h = self._open_existing()
+                if self._h is not None:
+                    self._layout = self._store_layout()
+                    layout = Layout.of(prep.entries, self._layout.capacity())
+            if len(blob) + prep.extra_capacity > layout.capacity():
+                raise MetadataTooLargeError(
+                    f"the state_dict's non-tensor values take {len(blob)} bytes of metadata; "
+                    f"store '{self.name}' has room for {layout.capacity()} (fixed at its first "
+                    "save: pass a larger meta_capacity= to a new store, or keep large values "
+                    "in tensors)")
+            self._open_write(layout)
+            self._ensure_global()
+            entries = prep.entries
+            keep = [prep]
+            srcs = [e.src for e in entries]
+            device = 0
+            if prep.gpu:
+                device = next(s.device.index or 0 for s in srcs if s.is_cuda)
+                dev = torch.device("cuda", device)
+                srcs = [s if s.is_cuda else s.to(dev) for s in srcs]
+                keep.append(srcs)
+                torch.cuda.synchronize(dev)  # the C path copies on its own streams
+                source = _GPU_SOURCES[self.gpu_source]
+            else:
+                source = _lib.SOURCE_HOST
+            if prev is not None and self._pipe_source != (source, device):
+                self._finish(prev)  # a new pipeline: the old one's checkpoint ends first
+                prev = None
+            self._ensure_pipeline(source, device)
+            rc = lib.pmck_pipeline_begin(self._pipe, step)
+            if rc == _lib.PMCK_SKIPPED:
+                return SaveHandle(self, step, entries, None, skipped=True)
+            self._check_global(rc, f"checkpoint of step {step}")
+            if prev is not None:
+                self._settle(prev)  # on_busy='skip': it ended before this begin
+            n = len(layout.rows)
+            arr = (c_void_p * n)()
+            for i, s in enumerate(srcs):
+                arr[i] = s.data_ptr() if s.numel() else None
+            keep.append(arr)
+            h = SaveHandle(self, step, entries, keep)
+            h._meta_index = n - 1
+            h._arr = arr
+            h._gpu = (prep.gpu, device)
+            h._capacity = layout.capacity()
+            self._inflight = h
+            for layer in sorted({e.layer for e in entries}):
+                rc = lib.pmck_pipeline_put_layer(self._pipe, layer, arr)
+                if rc < 0:
+                    self._abandon(h)
+                    check(rc, f"checkpoint of step {step}")
+            if pending is not None:
+                pending.begun(h)  # the hooks now wait for h's layers
+            return h
+
+    def _put_meta(self, h, doc, binary=b""):
+        """Queues the metadata blob, the checkpoint's last layer: it commits after it."""
+        blob = make_blob(doc, binary)
+        with self._lock:
+            if len(blob) > h._capacity:
+                self._abandon(h)
+                raise MetadataTooLargeError(
+                    f"checkpoint metadata of {len(blob)} bytes exceeds the store's capacity of "
+                    f"{h._capacity} bytes (fixed at its first save); nothing was committed")
+            buf = ctypes.create_string_buffer(blob, h._capacity)
+            if h._gpu[0]:
+                src = torch.frombuffer(buf, dtype=torch.uint8).to(torch.device("cuda", h._gpu[1]))
+                torch.cuda.synchronize(src.device)
+                ptr = src.data_ptr()
+            else:
+                src, ptr = buf, ctypes.addressof(buf)
+            h._keep.append((buf, src))
+            h._arr[h._meta_index] = ptr
+            last = self._layout.rows[-1][3]
+            rc = lib.pmck_pipeline_put_layer(self._pipe, last, h._arr)
+            if rc < 0:
+                self._abandon(h)
+                check(rc, f"checkpoint of step {h.step}")
+            h._all_put = True
+
+    def _abandon(self, h):
+        """Drops the checkpoint in flight (its missing layers can never come): the
+        pipeline is deleted, which aborts it; the previous checkpoint stays."""
+        err = Error(f"checkpoint of step {h.step} abandoned: nothing was committed")
+        lib.pmck_pipeline_delete(byref(self._pipe))
+        self._pipe_source = None
+        h._done, h._error, h._keep = True, err, None
+        if self._inflight is h:
+            self._inflight = None
+
+    def _finish(self, h):
+        with self._lock:
+            if h._done:
+                return
+            if not h._all_put:
+                # begun, but its metadata never came (a DCP save failed between write_data
+                # and finish): it can never commit, so drop it; the previous one stays
+                self._abandon(h)
+                return
+            rc = lib.pmck_pipeline_wait(self._pipe)
+            h._done = True
+            h._keep = None
+            if self._inflight is h:
+                self._inflight = None
+            if rc < 0:
+                # pmck_pipeline_wait copied the writer thread's message to this thread's
+                h._error = error_for(rc, f"checkpoint of step {h.step} failed: "
+                                         f"{_lib.errormsg() or _lib.strerror(rc)}")
+            else:
+                self._newest = h.step
+                self._copy_out(h.step)
+
+    def _copy_out(self, step):
+        """With copyout_every > 1: submits the commit of `step`, which has just
+        ended, if its turn.  Called before the next begin (or just after it,
+        which targets the other slot), so the newest sealed slot is that step's."""
+        if self._copyout and self.copyout_every > 1 and step % self.copyout_every == 0:
+            check(lib.pmck_copyout_submit(self._copyout), f"copy-out to {self.shared_dir}")
+
+    def _settle(self, h):
+        """Records the outcome of h, which has ended (a later begin went through)."""
+        st = _lib.PipelineStats()
+        lib.pmck_pipeline_stats(self._pipe, byref(st))
+        h._done, h._keep = True, None
+        if st.committed and st.last_step == h.step:
+            self._newest = h.step
+            self._copy_out(h.step)
+        else:
+            h._error = Error(f"checkpoint of step {h.step} failed (the store keeps the one before)")
+
+    def _ensure_pipeline(self, source, device):
+        want = (source, device)
+        if self._pipe and self._pipe_source == want:
+            return
+        if self._pipe:
+            lib.pmck_pipeline_delete(byref(self._pipe))
+        opts = _lib.PipelineOpts(self.threads, -1,
+                                 _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
+                                 source, device,
+                                 # every commit: the writer submits it; else _copy_out does
+                                 self._copyout.value if self.copyout_every == 1 else None,
+                                 self._global.value,
+                                 None, None,
+                                 _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
+        before = _tasks()
+        check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
+              "pipeline")
+        self._apply_policy(before, self.threads)
+        self._pipe_source = want
+
+    def _delete_pipeline(self):
+        """Deletes the pipeline, if any (one in flight is aborted: finish it first)."""
+        if self._pipe:
+            lib.pmck_pipeline_delete(byref(self._pipe))
+            self._pipe_source = None
+
+    def _apply_policy(self, before, n):
+        """writer_policy='idle': moves the n threads the library has just started
+        (those not in `before` that run SCHED_BATCH) to SCHED_IDLE.  Each sets
+        SCHED_BATCH itself once started, so wait (up to 1 s) until all n have,
+        lest one overwrite SCHED_IDLE afterwards.  Best effort, like the library's."""
+        if self.writer_policy != "idle" or not hasattr(os, "SCHED_IDLE"):
+            return
+        deadline = time.monotonic() + 1.0
+        while True:
+            new = [t for t in _tasks() - before if _policy(t) == os.SCHED_BATCH]
+            if len(new) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        for t in new:
+            try:
+                os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                pass
+
+    def _mark_pending(self, what="a save"):
+        """Registers a save whose sources are the live tensors and which will begin
+        later, in another thread (DCP's async_save staged without a copy): until it
+        begins (or is released), wait_for and the hooks wait for it."""
+        p = _PendingSave(self, what)
+        with self._pending_lock:
+            self._pending.append(p)
+        return p
+
+
+
+def _tasks():
+    """The thread ids of this process (Linux; empty elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def _policy(tid):
+    try:
+        return os.sched_getscheduler(tid)
+    except OSError:
+        return None
+
+
+def _leaves(v):
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _leaves(x)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _leaves(x)
+    else:
+        yield v

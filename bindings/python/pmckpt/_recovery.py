@@ -1,0 +1,195 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Recovery: which checkpoint a Store loads and from where (its local slots,
+else the newest complete step in shared_dir, else a new store made from that
+step's file), what was rejected on the way (RecoveryWarning,
+last_recovery["rejected"], the error's `rejected`), and reading the recovered
+checkpoint's metadata and tensors out of the region.  Internals of
+pmckpt.Store (store.py), mixed into it; the multi-rank recovery is
+_multirank.py's."""
+import ctypes
+import struct
+import warnings
+from ctypes import byref
+
+import torch
+
+from . import _lib
+from ._lib import lib, check
+from ._state import META_NAME, dense_permutation, parse_blob, torch_dtype, _PMCK_TO_TORCH
+from .errors import (CorruptError, LayoutError, NoCheckpointError, PMCK_E_NO_CHECKPOINT,
+                     PMCK_E_NONE_USABLE, error_for)
+
+
+class RecoveryWarning(UserWarning):
+    """A checkpoint candidate was rejected by recovery (a local slot or a shared
+    step failed verification, a file was missing or truncated); an older one,
+    or another tier's copy, was loaded instead.  One warning per rejected
+    candidate, carrying its facts: rank, tier ("local" or "shared"), step,
+    reason, quarantined (the shared step was moved to DIR/quarantine)."""
+
+    def __init__(self, message, rank=None, tier=None, step=None, reason=None,
+                 quarantined=False):
+        super().__init__(message)
+        self.rank, self.tier, self.step = rank, tier, step
+        self.reason, self.quarantined = reason, quarantined
+
+
+def _rejections(store):
+    """The candidates the last recovery on store rejected (pmck_store_rejections),
+    as dicts with rank, tier, step, reason, quarantined."""
+    fn = _lib.optional("pmck_store_rejections")
+    if fn is None or not store:
+        return []
+    n = ctypes.c_size_t(0)
+    arr = fn(store, byref(n))
+    return [{"rank": arr[i].rank, "tier": "shared" if arr[i].tier else "local",
+             "step": arr[i].step, "reason": arr[i].reason.decode(errors="replace"),
+             "quarantined": bool(arr[i].quarantined)} for i in range(n.value)]
+
+
+def _describe(rej):
+    return (f"rank {rej['rank']}, {rej['tier']} step {rej['step']}: {rej['reason']}")
+
+
+def _u8_view(addr, nbytes):
+    """A uint8 tensor over nbytes at addr (the region's memory: no copy)."""
+    buf = (ctypes.c_uint8 * nbytes).from_address(addr)
+    return torch.frombuffer(buf, dtype=torch.uint8)
+
+
+def copy_into(dst, src, copier, fresh=False):
+    """dst[...] = src, where src views the region.  When dst's memory, in
+    order, is exactly src's bytes (dense CPU tensor, same strides) the copy is
+    a memcpy queued on copier; otherwise torch copies now (CUDA, other strides).
+    fresh: dst was just allocated."""
+    n = src.numel() * src.element_size()
+    if n == 0:
+        return
+    if dst.device.type == "cpu" and dst.stride() == src.stride() and \
+            dense_permutation(dst) is not None:
+        copier.add(dst.data_ptr(), src.data_ptr(), n, fresh)
+    else:
+        dst.copy_(src)
+
+
+class _Recovery:
+    """The load path of a Store."""
+
+    def _recover(self):
+        """Makes the newest verified checkpoint readable (local slots, then shared_dir)."""
+        if self._inflight is not None:
+            self._finish(self._inflight)
+        if self._coll is not None:
+            return self._recover_global()
+        if self._h is None:
+            self._h = self._open_existing()
+        if self._h is None:
+            if self.shared_dir:
+                return self._recover_into_new_store()
+            raise NoCheckpointError(f"no store '{self.name}' in {self.region_path}")
+        if self._layout is None:
+            self._layout = self._store_layout()
+        rec = _lib.Recovery()
+        rc = lib.pmck_store_recover(self._h.store, byref(rec))
+        if rc == 0:
+            self.last_recovery = {"step": rec.step, "tier": "local", "slot": rec.slot,
+                                  "rejected_step": rec.rejected_step if rec.rejected else None,
+                                  "rejected_tensor": rec.rejected_tensor.decode() if rec.rejected
+                                  else None}
+            self._report_rejections(rec.step)
+            self._newest = max(self._newest or 0, rec.step)
+            return
+        msg = _lib.errormsg()
+        if rc in (PMCK_E_NO_CHECKPOINT, PMCK_E_NONE_USABLE) and self.shared_dir:
+            return self._recover_tiers()
+        raise self._recovery_error(rc, msg)
+
+    def _report_rejections(self, loaded_step):
+        """Adds the last recovery's rejected candidates to last_recovery["rejected"]
+        and warns RecoveryWarning once for each."""
+        rejected = _rejections(self._h.store if self._h else None)
+        if self.last_recovery is not None:
+            self.last_recovery["rejected"] = rejected
+        for r in rejected:
+            warnings.warn(RecoveryWarning(
+                f"store '{self.name}': {_describe(r)}; loaded step {loaded_step} instead",
+                **r), stacklevel=4)
+
+    def _recovery_error(self, rc, msg):
+        """The error of a failed recovery; its rejected candidates are named in the
+        message and in the error's `rejected` list (CheckpointsUnusableError)."""
+        rejected = _rejections(self._h.store if self._h else None)
+        self.last_recovery = {"step": None, "tier": None, "rejected": rejected}
+        if rejected:
+            msg = msg + "; rejected: " + "; ".join(_describe(r) for r in rejected)
+        err = error_for(rc, msg)
+        err.rejected = rejected
+        return err
+
+    def _recover_tiers(self):
+        tr = _lib.TierRecovery()
+        rc = lib.pmck_recover_tiers(self._h.store, self.shared_dir.encode(), self.rank, byref(tr))
+        if rc < 0:
+            raise self._recovery_error(rc, _lib.errormsg() or _lib.strerror(rc))
+        self.last_recovery = {"step": tr.step, "tier": "shared" if tr.tier else "local",
+                              "path": tr.path.decode(), "reason": tr.reason.decode()}
+        self._report_rejections(tr.step)
+        self._newest = max(self._newest or 0, tr.step)
+
+    def _recover_into_new_store(self):
+        """The local store is gone (ramdisk lost, node replaced): create it with the
+        layout of the newest shared file, then import that file (two-tier recovery)."""
+        from .safetensors import newest_shared_file, layout_of_file
+        path = newest_shared_file(self.shared_dir, self.rank)
+        if path is None:
+            raise NoCheckpointError(f"no store '{self.name}' in {self.region_path}, and no "
+                                    f"complete step for rank {self.rank} in {self.shared_dir}")
+        self._open_write(layout_of_file(path))
+        self._recover_tiers()
+
+    def _read_blob(self):
+        s = self._h.store
+        idx = lib.pmck_store_find(s, META_NAME.encode())
+        if idx < 0:
+            raise LayoutError(f"store '{self.name}' holds no {META_NAME} tensor")
+        ptr = lib.pmck_store_tensor_data(s, idx)
+        head = ctypes.string_at(ptr, 24)
+        _, jlen, blen = struct.unpack("<8sQQ", head)
+        return parse_blob(ctypes.string_at(ptr, min(24 + jlen + blen, self._layout.capacity())))
+
+    def _tensor_view(self, name, info):
+        """A tensor viewing the recovered checkpoint's bytes of `name` in the
+        region (no copy; valid until the next save), with its dtype, shape and strides."""
+        s = self._h.store
+        idx = lib.pmck_store_find(s, name.encode())
+        if idx < 0:
+            raise CorruptError(f"checkpoint metadata names tensor '{name}', which the store lacks")
+        ti = _lib.TensorInfo()
+        check(lib.pmck_store_tensor(s, idx, byref(ti)))
+        shape, dtype = _shape_dtype(ti, info)
+        stride = info.get("stride")
+        if ti.nbytes == 0:
+            return idx, ti, torch.empty_strided(shape, stride, dtype=dtype) if stride \
+                else torch.empty(shape, dtype=dtype)
+        u8 = _u8_view(lib.pmck_store_tensor_data(s, idx), ti.nbytes)
+        flat = u8.view(dtype)
+        view = flat.as_strided(shape, stride) if stride else flat.reshape(shape)
+        return idx, ti, view
+
+    def _load_tensor(self, name, info, dst, map_location, copier):
+        idx, ti, src = self._tensor_view(name, info)
+        fresh = dst is None
+        if fresh:
+            dev = map_location if map_location is not None else info.get("dev", "cpu")
+            dst = (torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=dev)
+                   if "stride" in info else torch.empty(src.shape, dtype=src.dtype, device=dev))
+        elif dst.dtype != src.dtype or dst.shape != src.shape:
+            raise LayoutError(f"tensor '{name}': {dst.dtype}{list(dst.shape)} in into=, "
+                              f"{src.dtype}{list(src.shape)} in the checkpoint")
+        copy_into(dst, src, copier, fresh)
+        return dst
+
+
+def _shape_dtype(ti, info):
+    shape = tuple(info["shape"]) if "shape" in info else tuple(ti.shape[:ti.ndim])
+    return shape, torch_dtype(info["dtype"]) if "dtype" in info else _PMCK_TO_TORCH[ti.dtype]
