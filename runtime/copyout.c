@@ -46,14 +46,6 @@ struct pmck_copyout {
 	struct pmck_copyout_stats stats;
 };
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * Retention of this job's lineage: the complete steps whose marker names
  * this store's layout and this world size (the rule is retention.c's).
@@ -81,11 +73,8 @@ clean(struct pmck_copyout *c, int cleanup_all)
 	int ret = pmck__list_steps(c->dir, &l);
 	if (ret)
 		return ret;
-	struct pmck__verdict *v = malloc((l.n + 1) * sizeof(*v));
-	if (!v)
-		ret = pma__err(-ENOMEM, "out of memory");
-	else
-		ret = pmck__retention_decide(&l, &r, v);
+	struct pmck__verdict *v = NULL;
+	ret = pmck__retention_decide(&l, &r, &v);
 
 	char name[64];
 	for (size_t i = 0; i < l.n && !ret; i++) {
@@ -265,9 +254,9 @@ copier(void *arg)
 		pthread_mutex_unlock(&c->lock);
 
 		struct pmck_copyout_failure why = {.step = j.step};
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pmck__now_ns();
 		int ret = copy_one(c, &j, &why);
-		uint64_t copy_ns = now_ns() - t0;
+		uint64_t copy_ns = pmck__now_ns() - t0;
 		pmck__slot_unpin(c->store, j.slot);
 		if (!ret && (ret = clean(c, 0)))
 			snprintf(why.path, sizeof(why.path), "%s", c->dir);

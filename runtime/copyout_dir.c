@@ -327,11 +327,8 @@ pmck_copyout_clean(const char *dir, unsigned keep, unsigned flags,
 	if ((ret = list_dir(dir, &l, &ls)))
 		return ret;
 
-	struct pmck__verdict *v = malloc((l.n + 1) * sizeof(*v));
-	if (!v)
-		ret = pma__err(-ENOMEM, "out of memory");
-	else
-		ret = pmck__retention_decide(&l, &r, v);
+	struct pmck__verdict *v = NULL;
+	ret = pmck__retention_decide(&l, &r, &v);
 
 	for (size_t i = 0; i < l.n && !ret; i++) {
 		const struct pmck_copyout_step *s = &ls->steps[l.n - 1 - i];

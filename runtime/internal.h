@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "pmckpt.h"
 #include "errmsg.h"       /* common/: pmck__err, pmck__err_prefix */
@@ -209,8 +210,8 @@ int pmck__is_tmp(const char *name);
 
 /*
  * retention.c: which steps of a listing stay and which go, for the copier
- * (its own lineage) and pmck_copyout_clean (every lineage); one verdict per
- * step of l into v (l->n entries).  -ENOMEM.
+ * (its own lineage) and pmck_copyout_clean (every lineage): *v receives one
+ * verdict per step of l (l->n entries; the caller frees it).  -ENOMEM.
  */
 #define PMCK__RETAIN_EVERY_LINEAGE 1u /* every (layout, world size); else the one named */
 #define PMCK__RETAIN_ALL_INCOMPLETE 2u /* every incomplete step goes (no writer runs) */
@@ -232,7 +233,16 @@ struct pmck__verdict {
 	size_t lineage_pos;      /* KEEP, REMOVE: 0 for its lineage's newest */
 };
 int pmck__retention_decide(const struct pmck__steps *l, const struct pmck__retention *r,
-		struct pmck__verdict *v);
+		struct pmck__verdict **v);
+
+/* Nanoseconds on the monotonic clock (the pipeline's and the copier's busy/wait times). */
+static inline uint64_t
+pmck__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: online CPUs; at most PMCK_MAX_WORKERS).  First error wins. */

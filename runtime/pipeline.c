@@ -99,14 +99,6 @@ node_cpus(int node)
 	return cpus;
 }
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int
 is_gpu(const struct pmck_pipeline *p)
 {
@@ -415,10 +407,10 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 #define WAIT_WHILE(p, cond)                                                     \
 	do {                                                                    \
 		if (cond) {                                                     \
-			uint64_t t0_ = now_ns();                                \
+			uint64_t t0_ = pmck__now_ns();                                \
 			while (cond)                                            \
 				pthread_cond_wait(&(p)->done, &(p)->lock);      \
-			(p)->stats.wait_ns += now_ns() - t0_;                   \
+			(p)->stats.wait_ns += pmck__now_ns() - t0_;                   \
 		}                                                               \
 	} while (0)
 

@@ -38,13 +38,18 @@ rank_lineage(const struct pmck__steps *l, uint64_t hash, unsigned world, unsigne
 
 int
 pmck__retention_decide(const struct pmck__steps *l, const struct pmck__retention *r,
-		struct pmck__verdict *v)
+		struct pmck__verdict **out)
 {
 	size_t *idx = malloc((l->n + 1) * sizeof(*idx));
+	struct pmck__verdict *v = malloc((l->n + 1) * sizeof(*v));
 	int64_t own_oldest = -1; /* oldest kept step of r->generation */
 
-	if (!idx)
+	*out = NULL;
+	if (!idx || !v) {
+		free(idx);
+		free(v);
 		return pma__err(-ENOMEM, "out of memory");
+	}
 	for (size_t i = 0; i < l->n; i++)
 		v[i] = (struct pmck__verdict){PMCK__LEAVE, 0};
 
@@ -66,5 +71,6 @@ pmck__retention_decide(const struct pmck__steps *l, const struct pmck__retention
 					(own_oldest >= 0 && l->step[i] < own_oldest)))
 			v[i].fate = PMCK__REMOVE_INCOMPLETE;
 	free(idx);
+	*out = v;
 	return 0;
 }
