@@ -436,17 +436,14 @@ write_fsync(const char *path, const struct layout *l, const void *const *srcs, d
 
 /* ------------------------------------------------------------------ main */
 
-static void
-usage(FILE *f)
-{
-	fprintf(f, "usage: pmck-bench [--size BYTES[K|M|G]] [--threads N] [--reps N] [--dir DIR]\n"
-		   "                  [--disk-dir DIR]\n"
-		   "  --size      tensor bytes (default 512M)\n"
-		   "  --threads   threads of the commit and the copy baseline (default: online CPUs, max 8)\n"
-		   "  --reps      timed repetitions per measurement, median reported (default 15)\n"
-		   "  --dir       directory for the persistent-memory files (default /dev/shm)\n"
-		   "  --disk-dir  directory for the write()+fsync baseline (default: new dir in /var/tmp)\n");
-}
+static const char usage_text[] =
+	"usage: pmck-bench [--size BYTES[K|M|G]] [--threads N] [--reps N] [--dir DIR]\n"
+	"                  [--disk-dir DIR]\n"
+	"  --size      tensor bytes (default 512M)\n"
+	"  --threads   threads of the commit and the copy baseline (default: online CPUs, max 8)\n"
+	"  --reps      timed repetitions per measurement, median reported (default 15)\n"
+	"  --dir       directory for the persistent-memory files (default /dev/shm)\n"
+	"  --disk-dir  directory for the write()+fsync baseline (default: new dir in /var/tmp)\n";
 
 static void
 report_times(const char *what, struct timing *tm, double med)
@@ -469,11 +466,12 @@ main(int argc, char **argv)
 	const char *dir = "/dev/shm", *disk_dir = NULL;
 	int rc = 1;
 
+	tool_init("pmck-bench", usage_text);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
+			fputs(usage_text, stdout);
 			return 0;
 		} else if (!v) {
 			bad = 1;
@@ -492,11 +490,8 @@ main(int argc, char **argv)
 		} else {
 			bad = 1;
 		}
-		if (bad) {
-			fprintf(stderr, "pmck-bench: bad option or value: %s %s\n", a, v ? v : "");
-			usage(stderr);
-			return 2;
-		}
+		if (bad)
+			return tool_usage_error("bad option or value: %s %s", a, v ? v : "");
 		i++;
 	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);

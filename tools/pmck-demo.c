@@ -314,22 +314,19 @@ child_main(int fd, struct pmck_store *s, struct model *m, struct pma_region *r,
 
 /* ------------------------------------------------------------------ main */
 
-static void
-usage(FILE *f)
-{
-	fprintf(f, "usage: pmck-demo [--steps N] [--every K] [--path FILE] [--layers L] [--vocab V]\n"
-		   "                 [--threads N] [--seed S] [--keep]\n"
-		   "  --steps    training steps before the crash test (default 20)\n"
-		   "  --every    checkpoint every K steps (default 5)\n"
-		   "  --path     pool file (default /dev/shm/pmck-demo.pool), or a devdax device\n"
-		   "             (/dev/daxX.Y): a blank one is formatted, a pool made by pmckpt\n"
-		   "             create is used (the demo's store is added, then removed)\n"
-		   "  --layers   transformer blocks, 0..24 (default 24: GPT-2 medium)\n"
-		   "  --vocab    rows of the token embedding, 1..50257 (default 50257)\n"
-		   "  --threads  checkpoint threads (default: online CPUs, at most 8)\n"
-		   "  --seed     seed of the crash timing (default: random)\n"
-		   "  --keep     keep the pool file\n");
-}
+static const char usage_text[] =
+	"usage: pmck-demo [--steps N] [--every K] [--path FILE] [--layers L] [--vocab V]\n"
+	"                 [--threads N] [--seed S] [--keep]\n"
+	"  --steps    training steps before the crash test (default 20)\n"
+	"  --every    checkpoint every K steps (default 5)\n"
+	"  --path     pool file (default /dev/shm/pmck-demo.pool), or a devdax device\n"
+	"             (/dev/daxX.Y): a blank one is formatted, a pool made by pmckpt\n"
+	"             create is used (the demo's store is added, then removed)\n"
+	"  --layers   transformer blocks, 0..24 (default 24: GPT-2 medium)\n"
+	"  --vocab    rows of the token embedding, 1..50257 (default 50257)\n"
+	"  --threads  checkpoint threads (default: online CPUs, at most 8)\n"
+	"  --seed     seed of the crash timing (default: random)\n"
+	"  --keep     keep the pool file\n";
 
 /*
  * A device (devdax) is never removed: its pool is opened, or formatted if
@@ -398,11 +395,12 @@ main(int argc, char **argv)
 	int keep = 0, have_seed = 0, rc = 1;
 	const char *path = "/dev/shm/pmck-demo.pool";
 
+	tool_init("pmck-demo", usage_text);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
+			fputs(usage_text, stdout);
 			return 0;
 		} else if (!strcmp(a, "--keep")) {
 			keep = 1;
@@ -428,11 +426,8 @@ main(int argc, char **argv)
 		} else {
 			bad = 1;
 		}
-		if (bad) {
-			fprintf(stderr, "pmck-demo: bad option or value: %s %s\n", a, v ? v : "");
-			usage(stderr);
-			return 2;
-		}
+		if (bad)
+			return tool_usage_error("bad option or value: %s %s", a, v ? v : "");
 		i++;
 	}
 	if (steps < every) {
