@@ -1,0 +1,921 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * crash_images.c -- power failure, not only kill -9: the images a crash on
+ * persistent memory could leave, replayed from a persistence trace.
+ *
+ * Built only in the trace build (make TRACE=1, build/trace), where every
+ * persistence primitive records an event (common/pmtrace.h).  A child runs
+ * a short workload -- pool create, alloc and free, store create, begin /
+ * write / commit, an abort, pmck_store_discard_after, the pipeline's layer
+ * writes with the commit on the last layer, global steps -- with
+ * PMCK_TRACE set, and marks before and after each call what a recovery
+ * may find (struct oracle).  The parent replays the trace under ADR: a
+ * store is durable only once flushed (or stored non-temporally) and
+ * fenced.  After every event and at every fence it builds crash images:
+ * the durable state plus a subset of the cache lines written since (and of
+ * stores never flushed): none, all, each line alone, all but one, every
+ * subset where there are few, and random subsets line by line, some torn
+ * at 8-byte granularity inside a line.  Each image goes through the normal
+ * open path: pma_region_open, pma_pool_open, pma_pool_check,
+ * pmck_store_open, pmck_store_recover; it is consistent when the recovered
+ * checkpoint verifies (no sealed slot fails its checksums), holds exactly
+ * the bytes of its step, and is the newest whose commit had returned or
+ * the one being committed.
+ *
+ * Fault builds (CRASH_FAULT, see the Makefile) run the same and pass only
+ * if the checker finds inconsistent images.
+ *
+ *   crash_images [--images N] [--min N] [--seed S] [--keep] [--trace FILE] [--dump]
+ * --dump lists the trace's events (as diagnostics) before replaying it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "ckpt_util.h"
+#include "pmtrace.h"
+
+#ifndef PMCK_TRACE
+#error "crash_images needs the trace build: make TRACE=1 trace-tests"
+#endif
+
+#define POOL_SIZE ((size_t)4 << 20)
+#define LINE 64u
+#define WORDS 8u
+#define NONE INT64_MIN
+#define EXHAUSTIVE_MAX 256   /* enumerate every subset up to this many images */
+#define EACH_LINE_MAX 64     /* each line alone and all but one, up to this many lines */
+#define REPORT_MAX 6
+
+/* ------------------------------------------------------------ the oracle */
+
+#define ORACLE_MAGIC 0x4f52434cu
+struct oracle {
+	uint32_t magic;
+	int32_t pool_absent_ok;  /* before pma_pool_create returned */
+	int32_t store_absent_ok; /* before pmck_store_create returned */
+	int32_t scratch;         /* allocation "scratch": 0 absent, 1 present, 2 either */
+	int64_t accept[2];       /* recoverable steps (-1: no checkpoint; NONE: unused) */
+	int64_t global_from;     /* steps from here record world size 1, rank 0 */
+	char what[48];           /* what the workload is doing */
+};
+
+static struct pmck_tensor_desc descs[] = {
+	{.name = "emb", .dtype = PMCK_DTYPE_F32, .ndim = 2, .shape = {40, 33}, .layer = 0},
+	{.name = "l1.w", .dtype = PMCK_DTYPE_BF16, .ndim = 2, .shape = {16, 16}, .layer = 1},
+	{.name = "l1.b", .dtype = PMCK_DTYPE_F32, .ndim = 1, .shape = {3}, .layer = 1},
+	{.name = "step", .dtype = PMCK_DTYPE_I64, .ndim = 0, .layer = 2},
+};
+#define NT (sizeof(descs) / sizeof(descs[0]))
+#define NLAYERS 3
+
+/* ----------------------------------------------------------- the workload */
+
+static void
+mark(struct oracle *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	o->magic = ORACLE_MAGIC;
+	va_start(ap, fmt);
+	vsnprintf(o->what, sizeof(o->what), fmt, ap);
+	va_end(ap);
+	pmtrace_mark(o, sizeof(*o));
+}
+
+static int
+fail(const char *what)
+{
+	fprintf(stderr, "crash_images workload: %s: %s\n", what, pma_errormsg());
+	return 1;
+}
+
+struct work {
+	struct oracle o;
+	uint8_t *src[NT];
+	uint64_t bytes[NT];
+};
+
+static void
+fill_step(struct work *w, uint64_t step)
+{
+	for (size_t i = 0; i < NT; i++)
+		fill_tensor(step, i, w->src[i], w->bytes[i]);
+}
+
+static void
+on_commit(void *arg, uint64_t step, int result)
+{
+	struct work *w = arg;
+
+	if (result == 0) { /* the pipeline's commit has returned, on its writer thread */
+		w->o.accept[0] = (int64_t)step;
+		w->o.accept[1] = NONE;
+		mark(&w->o, "pipeline step %" PRIu64 " committed", step);
+	}
+}
+
+static int
+coll_allreduce(void *ctx, uint64_t *v, enum pmck_reduce_op op)
+{
+	(void)ctx, (void)v, (void)op;
+	return 0; /* one rank: the value is the result */
+}
+
+static int
+coll_barrier(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+/* One checkpoint of `step` by begin / write / commit; how = 0 write_all, 1 each, 2 in place. */
+static int
+plain_step(struct work *w, struct pmck_store *s, uint64_t step, int how, struct pmck_global *g)
+{
+	struct pmck_ckpt *c;
+
+	fill_step(w, step);
+	w->o.accept[1] = (int64_t)step;
+	mark(&w->o, "%s step %" PRIu64, g ? "global" : "commit", step);
+	if (g ? pmck_global_begin(g, step, &c) : pmck_store_begin(s, step, &c))
+		return fail("begin");
+	for (size_t i = 0; i < NT; i++) {
+		int ret;
+		if (how == 0 && i == 0)
+			ret = pmck_ckpt_write_all(c, (const void *const *)w->src, 1);
+		else if (how == 0)
+			ret = 0;
+		else if (how == 2 && i != 0) { /* stored in place (as a GPU would), then flushed */
+			memcpy(pmck_ckpt_tensor_ptr(c, i), w->src[i], w->bytes[i]);
+			ret = pmck_ckpt_mark_written(c, i);
+		} else
+			ret = pmck_ckpt_write(c, i, w->src[i]);
+		if (ret)
+			return fail("write");
+	}
+	if (g ? pmck_global_commit(g, c) : pmck_ckpt_commit(c))
+		return fail("commit");
+	w->o.accept[0] = (int64_t)step;
+	w->o.accept[1] = NONE;
+	mark(&w->o, "step %" PRIu64 " committed", step);
+	return 0;
+}
+
+static int
+workload(const char *path)
+{
+	struct work w = {.o = {.pool_absent_ok = 1, .store_absent_ok = 1, .scratch = 0,
+		.accept = {-1, NONE}, .global_from = INT64_MAX}};
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_ckpt *c;
+	void *a;
+
+	unlink(path);
+	if (pma_region_open(path, POOL_SIZE, PMA_REGION_CREATE, &r))
+		return fail("region");
+	mark(&w.o, "pool create");
+	if (pma_pool_create(r, 16, &pool))
+		return fail("pool create");
+	w.o.pool_absent_ok = 0;
+	w.o.scratch = 2;
+	mark(&w.o, "alloc");
+	if (pma_alloc(pool, "scratch", 4096, 0, PMA_ALLOC_ZERO, &a))
+		return fail("alloc");
+	w.o.scratch = 1;
+	mark(&w.o, "store create");
+	if (pmck_store_create(pool, "m", descs, NT, &s))
+		return fail("store create");
+	w.o.store_absent_ok = 0;
+	w.o.scratch = 2;
+	mark(&w.o, "free");
+	if (pma_free(pool, "scratch"))
+		return fail("free");
+	w.o.scratch = 0;
+	for (size_t i = 0; i < NT; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		w.bytes[i] = ti.nbytes;
+		w.src[i] = malloc(ti.nbytes);
+	}
+
+	/* Steps 1-3 by begin / write / commit, three ways of writing. */
+	for (uint64_t step = 1; step <= 3; step++)
+		if (plain_step(&w, s, step, (int)(step - 1), NULL))
+			return 1;
+
+	/* An aborted step 4: its slot (step 2's) loses its seal, step 3 stays. */
+	w.o.accept[0] = 3;
+	mark(&w.o, "aborted step 4");
+	if (pmck_store_begin(s, 4, &c) || pmck_ckpt_write(c, 0, w.src[0]))
+		return fail("begin 4");
+	pmck_ckpt_abort(c);
+
+	/* Step 4 again, then discard it: steps 3 or 4 during, 3 after. */
+	if (plain_step(&w, s, 4, 1, NULL))
+		return 1;
+	w.o.accept[0] = 4;
+	w.o.accept[1] = 3;
+	mark(&w.o, "discard after 3");
+	if (pmck_store_discard_after(s, 3))
+		return fail("discard");
+	w.o.accept[0] = 3;
+	w.o.accept[1] = NONE;
+	mark(&w.o, "discarded");
+
+	/* Steps 5-6 through the pipeline: layer by layer, committed on the writer thread. */
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts po = {.threads = 1, .on_commit = on_commit, .on_commit_arg = &w};
+	if (pmck_pipeline_new(s, &po, &p))
+		return fail("pipeline");
+	for (uint64_t step = 5; step <= 6; step++) {
+		for (uint32_t l = 0; l < NLAYERS; l++)
+			if (pmck_pipeline_wait_layer(p, l))
+				return fail("wait_layer");
+		fill_step(&w, step);
+		w.o.accept[1] = (int64_t)step;
+		mark(&w.o, "pipeline step %" PRIu64, step);
+		if (pmck_pipeline_begin(p, step))
+			return fail("pipeline begin");
+		for (uint32_t l = 0; l < NLAYERS; l++)
+			if (pmck_pipeline_put_layer(p, l, (const void *const *)w.src))
+				return fail("put_layer");
+		if (pmck_pipeline_wait(p))
+			return fail("pipeline wait");
+	}
+	pmck_pipeline_delete(&p);
+
+	/* Steps 7-8 as global steps of a one-rank job: the slot records world size and rank. */
+	struct pmck_global *g;
+	struct pmck_collectives coll = {.rank = 0, .size = 1, .allreduce_u64 = coll_allreduce,
+		.barrier = coll_barrier};
+	if (pmck_global_new(s, &coll, &g))
+		return fail("global");
+	w.o.global_from = 7;
+	for (uint64_t step = 7; step <= 8; step++)
+		if (plain_step(&w, s, step, step == 7 ? 0 : 2, g))
+			return 1;
+	pmck_global_delete(&g);
+	mark(&w.o, "closed");
+	pmck_store_close(&s);
+	pma_pool_close(&pool);
+	pma_region_close(&r);
+	for (size_t i = 0; i < NT; i++)
+		free(w.src[i]);
+	return 0;
+}
+
+/* -------------------------------------------------------------- the trace */
+
+struct event {
+	struct pmtrace_rec h;
+	const char *site;
+	const uint8_t *data;
+};
+
+static struct event *ev;
+static size_t nev;
+
+static int
+load_trace(const char *path, size_t *region_size)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st))
+		return -1;
+	uint8_t *buf = malloc((size_t)st.st_size + 1);
+	size_t have = 0;
+	while (buf && have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	close(fd);
+	if (!buf || have < 8 || memcmp(buf, PMTRACE_MAGIC, 8))
+		return -1;
+	size_t cap = 1024, pos = 8;
+	int regions = 0;
+	ev = malloc(cap * sizeof(*ev));
+	while (pos + sizeof(struct pmtrace_rec) <= have) {
+		struct event e;
+		memcpy(&e.h, buf + pos, sizeof(e.h));
+		pos += sizeof(e.h);
+		if (pos + e.h.site_len + e.h.data_len > have)
+			return -1;
+		e.site = (const char *)buf + pos;
+		e.data = buf + pos + e.h.site_len;
+		pos += e.h.site_len + e.h.data_len;
+		if (e.h.kind == PMTRACE_REGION) {
+			regions++;
+			*region_size = e.h.len;
+		}
+		if (e.h.region != 0 || regions > 1)
+			return -2; /* the workload maps one region */
+		if (nev == cap)
+			ev = realloc(ev, (cap *= 2) * sizeof(*ev));
+		ev[nev++] = e;
+	}
+	return pos == have && regions == 1 ? 0 : -1;
+}
+
+static const char *
+kind_name(unsigned k)
+{
+	static const char *const names[] = {"?", "region", "image", "unflushed store", "flush",
+		"persist", "nt copy", "memset", "fence", "mark", "close"};
+	return k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
+}
+
+/* ------------------------------------------------------------- the replay */
+
+/* A version of a cache line: the words it writes, durable at the next fence or never. */
+struct ver {
+	uint64_t seq;
+	uint32_t line;
+	uint8_t mask;
+	uint8_t unflushed;
+	uint64_t w[WORDS];
+};
+
+static size_t size, nlines;
+static uint8_t *dur;     /* the durable image */
+static uint8_t *vis;     /* every byte the trace has written */
+static uint8_t *img;     /* the image file, mapped; equal to dur between checks */
+static const char *img_path;
+static uint64_t dur_hash;
+static struct ver *pend;
+static size_t npend, pend_cap;
+
+static void
+add_versions(const struct event *e, int unflushed)
+{
+	uint64_t from = e->h.off, to = e->h.off + e->h.len;
+
+	for (uint64_t l = from / LINE; l * LINE < to; l++) {
+		struct ver v = {.seq = (uint64_t)(e - ev), .line = (uint32_t)l, .unflushed = (uint8_t)unflushed};
+		for (unsigned k = 0; k < WORDS; k++) {
+			uint64_t a = l * LINE + k * 8;
+			if (a + 8 > from && a < to)
+				v.mask |= (uint8_t)(1u << k);
+		}
+		memcpy(v.w, vis + l * LINE, LINE);
+		if (npend == pend_cap)
+			pend = realloc(pend, (pend_cap = pend_cap ? 2 * pend_cap : 4096) * sizeof(*pend));
+		pend[npend++] = v;
+	}
+}
+
+static int
+cmp_line_seq(const void *a, const void *b)
+{
+	const struct ver *x = a, *y = b;
+	if (x->line != y->line)
+		return x->line < y->line ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The fence: every flushed version becomes durable; unflushed words it covers are gone. */
+static void
+fence(void)
+{
+	qsort(pend, npend, sizeof(*pend), cmp_line_seq);
+	size_t keep = 0;
+	for (size_t i = 0; i < npend;) {
+		size_t j = i;
+		while (j < npend && pend[j].line == pend[i].line)
+			j++;
+		uint8_t *d = dur + (size_t)pend[i].line * LINE;
+		for (size_t k = i; k < j; k++) {
+			if (pend[k].unflushed)
+				continue;
+			for (unsigned x = 0; x < WORDS; x++)
+				if (pend[k].mask & (1u << x))
+					memcpy(d + x * 8, &pend[k].w[x], 8);
+			/* An older unflushed store to these words can no longer reach media. */
+			for (size_t u = i; u < k; u++)
+				if (pend[u].unflushed)
+					pend[u].mask &= (uint8_t)~pend[k].mask;
+		}
+		memcpy(img + (size_t)pend[i].line * LINE, d, LINE);
+		for (size_t k = i; k < j; k++)
+			if (pend[k].unflushed && pend[k].mask)
+				pend[keep++] = pend[k];
+		i = j;
+	}
+	npend = keep;
+	/* pend stays ordered by line, then seq: what the crash points need */
+	dur_hash = XXH3_64bits(dur, size);
+}
+
+/* The lines a crash can change, with the versions that change something, in order. */
+struct pline {
+	uint32_t line;
+	uint32_t first, n;   /* kept[first .. first+n) */
+};
+static struct pline *pl;
+static size_t npl, pl_cap;
+static const struct ver **kept;
+static size_t kept_cap;
+
+static void
+pending_lines(void)
+{
+	struct ver *sorted = pend;
+	qsort(sorted, npend, sizeof(*sorted), cmp_line_seq);
+	npl = 0;
+	if (kept_cap < npend + 1)
+		kept = realloc(kept, (kept_cap = npend + 1) * sizeof(*kept));
+	size_t nk = 0;
+	for (size_t i = 0; i < npend;) {
+		size_t j = i;
+		while (j < npend && sorted[j].line == sorted[i].line)
+			j++;
+		uint64_t cur[WORDS];
+		memcpy(cur, dur + (size_t)sorted[i].line * LINE, LINE);
+		size_t first = nk;
+		for (size_t k = i; k < j; k++) {
+			int changes = 0;
+			for (unsigned x = 0; x < WORDS; x++)
+				if ((sorted[k].mask & (1u << x)) && cur[x] != sorted[k].w[x]) {
+					changes = 1;
+					cur[x] = sorted[k].w[x];
+				}
+			if (changes)
+				kept[nk++] = &sorted[k];
+		}
+		if (nk > first) {
+			if (npl == pl_cap)
+				pl = realloc(pl, (pl_cap = pl_cap ? 2 * pl_cap : 256) * sizeof(*pl));
+			pl[npl++] = (struct pline){sorted[i].line, (uint32_t)first, (uint32_t)(nk - first)};
+		}
+		i = j;
+	}
+}
+
+/* ------------------------------------------------------------- the checks */
+
+struct stats {
+	uint64_t images, inconsistent, dups, points, fences, fences_seen, unflushed_words;
+	uint64_t target, budget;
+} st;
+
+/* Seen images: (durable hash, chosen lines, oracle), open addressing. */
+static uint64_t *seen;
+static size_t seen_cap, nseen;
+
+static int
+seen_add(uint64_t key)
+{
+	if (!key)
+		key = 1;
+	if (2 * (nseen + 1) > seen_cap) {
+		size_t old = seen_cap;
+		uint64_t *o = seen;
+		seen_cap = old ? 2 * old : 1 << 16;
+		seen = calloc(seen_cap, sizeof(*seen));
+		nseen = 0;
+		for (size_t i = 0; i < old; i++)
+			if (o[i])
+				seen_add(o[i]);
+		free(o);
+	}
+	for (size_t i = key & (seen_cap - 1);; i = (i + 1) & (seen_cap - 1)) {
+		if (seen[i] == key)
+			return 0;
+		if (!seen[i]) {
+			seen[i] = key;
+			nseen++;
+			return 1;
+		}
+	}
+}
+
+static int
+expect_step(const struct oracle *o, int64_t step)
+{
+	return o->accept[0] == step || o->accept[1] == step;
+}
+
+/* Opens the image as a restarted job would and says what is wrong with it ("" if nothing). */
+static void
+check_image(const struct oracle *o, char *why, size_t len)
+{
+	struct pma_region *r = NULL;
+	struct pma_pool *p = NULL;
+	struct pmck_store *s = NULL;
+	struct pmck_recovery rec;
+	int ret;
+
+	why[0] = 0;
+	if ((ret = pma_region_open(img_path, 0, PMA_REGION_NO_PREFAULT, &r))) {
+		snprintf(why, len, "region open: %s", pma_errormsg());
+		return;
+	}
+	ret = pma_pool_open(r, &p);
+	if (ret == PMA_E_NOT_POOL && o->pool_absent_ok)
+		goto out;
+	if (ret) {
+		snprintf(why, len, "pool open: %s", pma_errormsg());
+		goto out;
+	}
+	if ((ret = pma_pool_check(r, NULL, NULL))) {
+		snprintf(why, len, "pool check: %d", ret);
+		goto out;
+	}
+	ret = pma_lookup(p, "scratch", NULL, NULL);
+	if ((ret == 0 && o->scratch == 0) || (ret == -ENOENT && o->scratch == 1) ||
+	    (ret && ret != -ENOENT)) {
+		snprintf(why, len, "allocation 'scratch' %s", ret ? "missing" : "present");
+		goto out;
+	}
+	ret = pmck_store_open(p, "m", &s);
+	if (ret == -ENOENT && o->store_absent_ok)
+		goto out;
+	if (ret) {
+		snprintf(why, len, "store open: %s", pma_errormsg());
+		goto out;
+	}
+	ret = pmck_store_recover(s, &rec);
+	size_t nrej;
+	const struct pmck_rejection *rej = pmck_store_rejections(s, &nrej);
+	if (nrej) {
+		snprintf(why, len, "torn checkpoint: step %" PRIu64 " sealed but %s", rej[0].step,
+				rej[0].reason);
+		goto out;
+	}
+	if (ret == PMCK_E_NO_CHECKPOINT) {
+		if (!expect_step(o, -1))
+			snprintf(why, len, "no checkpoint recovered");
+		goto out;
+	}
+	if (ret) {
+		snprintf(why, len, "recover: %s", pma_errormsg());
+		goto out;
+	}
+	if (!expect_step(o, (int64_t)rec.step)) {
+		snprintf(why, len, "recovered step %" PRIu64, rec.step);
+		goto out;
+	}
+	uint8_t buf[8192];
+	for (size_t i = 0; i < NT; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		fill_tensor(rec.step, i, buf, ti.nbytes);
+		if (memcmp(pmck_store_tensor_data(s, i), buf, ti.nbytes)) {
+			snprintf(why, len, "step %" PRIu64 ": tensor '%s' holds other bytes", rec.step,
+					ti.name);
+			goto out;
+		}
+	}
+	unsigned rank = 9, world = 9;
+	ret = pmck_store_slot_world(s, rec.slot, &rank, &world);
+	if ((int64_t)rec.step >= o->global_from ? ret || rank != 0 || world != 1 : ret != -ENOENT)
+		snprintf(why, len, "step %" PRIu64 ": world size %s", rec.step,
+				ret ? "not recorded" : "recorded");
+out:
+	pmck_store_close(&s);
+	pma_pool_close(&p);
+	pma_region_close(&r);
+}
+
+static struct oracle oracle_now;   /* the last mark before the crash point */
+static const struct oracle *oracle; /* &oracle_now once a mark was seen */
+static size_t oracle_seq;
+static size_t point_event;   /* the event after which the crash happens */
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t *choice;     /* per pending line: versions applied (line-wise images) */
+static uint8_t *torn;        /* per pending line: 1 if its words were chosen one by one */
+static char fault_sites[8][160];
+static unsigned nfault_sites;
+
+/* Writes the chosen lines into the image, checks it, puts the durable lines back. */
+static void
+try_image(const char *how)
+{
+	XXH3_state_t h;
+	uint64_t key[2] = {dur_hash, oracle_seq};
+
+	XXH3_64bits_reset(&h);
+	XXH3_64bits_update(&h, key, sizeof(key));
+	for (size_t j = 0; j < npl; j++) {
+		uint64_t line[WORDS];
+		uint8_t *dst = img + (size_t)pl[j].line * LINE;
+		memcpy(line, dur + (size_t)pl[j].line * LINE, LINE);
+		for (unsigned x = 0; x < WORDS; x++) {
+			/* torn: each 8-byte word its own number of versions, up to the line's */
+			uint32_t upto = torn[j] ? (uint32_t)(xorshift64(&rng) % (choice[j] + 1)) : choice[j];
+			for (uint32_t k = 0; k < upto; k++)
+				if (kept[pl[j].first + k]->mask & (1u << x))
+					line[x] = kept[pl[j].first + k]->w[x];
+		}
+		memcpy(dst, line, LINE);
+		if (memcmp(line, dur + (size_t)pl[j].line * LINE, LINE)) {
+			XXH3_64bits_update(&h, &pl[j].line, sizeof(pl[j].line));
+			XXH3_64bits_update(&h, line, LINE);
+		}
+	}
+	if (seen_add(XXH3_64bits_digest(&h))) {
+		char why[512];
+		check_image(oracle, why, sizeof(why));
+		st.images++;
+		if (why[0]) {
+			const struct event *e = &ev[point_event];
+			char site[160];
+			snprintf(site, sizeof(site), "%s at %.*s", kind_name(e->h.kind),
+					(int)e->h.site_len, e->site);
+			if (st.inconsistent++ < REPORT_MAX)
+				diag("inconsistent image (%s, %zu lines pending) after event %zu (%s) "
+						"during '%s': %s", how, npl, point_event, site,
+						oracle->what, why);
+			unsigned k;
+			for (k = 0; k < nfault_sites && strcmp(fault_sites[k], site); k++)
+				;
+			if (k == nfault_sites && k < 8)
+				snprintf(fault_sites[nfault_sites++], sizeof(fault_sites[0]), "%s", site);
+		}
+	} else {
+		st.dups++;
+	}
+	for (size_t j = 0; j < npl; j++)
+		memcpy(img + (size_t)pl[j].line * LINE, dur + (size_t)pl[j].line * LINE, LINE);
+}
+
+static void
+set_all(uint32_t pick_all)
+{
+	for (size_t j = 0; j < npl; j++) {
+		choice[j] = pick_all ? pl[j].n : 0;
+		torn[j] = 0;
+	}
+}
+
+/* How many line-wise images this crash point has (capped). */
+static uint64_t
+combinations(void)
+{
+	uint64_t e = 1;
+	for (size_t j = 0; j < npl && e <= EXHAUSTIVE_MAX; j++)
+		e *= pl[j].n + 1;
+	return e;
+}
+
+/* The images of one crash point; with check 0 only counts what it would try. */
+static uint64_t
+crash_point(int check)
+{
+	pending_lines();
+	if (!check)
+		return combinations();
+	if (!oracle)
+		return 0;
+	choice = realloc(choice, (npl + 1) * sizeof(*choice));
+	torn = realloc(torn, npl + 1);
+	st.points++;
+	uint64_t e = combinations();
+	if (e <= EXHAUSTIVE_MAX) { /* every subset, line by line */
+		set_all(0);
+		for (uint64_t i = 0; i < e; i++) {
+			try_image(i == 0 ? "none" : "subset");
+			for (size_t j = 0; j < npl; j++) {
+				if (++choice[j] <= pl[j].n)
+					break;
+				choice[j] = 0;
+			}
+		}
+		return e;
+	}
+	set_all(0);
+	try_image("none");
+	set_all(1);
+	try_image("all");
+	uint64_t done = 2;
+	if (npl <= EACH_LINE_MAX) {
+		for (size_t j = 0; j < npl; j++) {
+			set_all(0);
+			choice[j] = pl[j].n;
+			try_image("one line");
+			set_all(1);
+			choice[j] = 0;
+			try_image("all lines but one");
+			done += 2;
+		}
+	}
+	for (; done < st.budget; done++) {
+		int mode = (int)(xorshift64(&rng) % 4); /* 0-2 line by line, 3 torn */
+		for (size_t j = 0; j < npl; j++) {
+			choice[j] = (uint32_t)(xorshift64(&rng) % (pl[j].n + 1));
+			torn[j] = mode == 3 && (xorshift64(&rng) & 1);
+		}
+		try_image(mode == 3 ? "random, torn words" : "random lines");
+	}
+	return done;
+}
+
+/*
+ * Replays the trace; at every crash point (after each event) builds its
+ * images, or with check 0 only counts them (for the budget).
+ */
+static uint64_t
+replay(int check)
+{
+	uint64_t planned = 0, big = 0;
+
+	memset(dur, 0, size);
+	memset(vis, 0, size);
+	memset(img, 0, size);
+	npend = 0;
+	oracle = NULL;
+	dur_hash = XXH3_64bits(dur, size);
+	for (size_t i = 0; i < nev; i++) {
+		const struct event *e = &ev[i];
+		int point = 1;
+		switch (e->h.kind) {
+		case PMTRACE_IMAGE:
+			memcpy(dur + e->h.off, e->data, e->h.len);
+			memcpy(vis + e->h.off, e->data, e->h.len);
+			memcpy(img + e->h.off, e->data, e->h.len);
+			dur_hash = XXH3_64bits(dur, size);
+			point = 0;
+			break;
+		case PMTRACE_STORE:
+			st.unflushed_words += check ? e->h.len / 8 : 0;
+			__attribute__((fallthrough));
+		case PMTRACE_FLUSH:
+		case PMTRACE_PERSIST:
+		case PMTRACE_NT:
+			memcpy(vis + e->h.off, e->data, e->h.len);
+			add_versions(e, e->h.kind == PMTRACE_STORE);
+			break;
+		case PMTRACE_MEMSET:
+			memset(vis + e->h.off, e->data[0], e->h.len);
+			add_versions(e, 0);
+			break;
+		case PMTRACE_FENCE:
+			fence();
+			st.fences += check;
+			break;
+		case PMTRACE_MARK:
+			if (e->h.len == sizeof(struct oracle)) {
+				memcpy(&oracle_now, e->data, sizeof(oracle_now));
+				oracle = &oracle_now;
+				oracle_seq = i;
+			}
+			break;
+		default:
+			point = 0;
+		}
+		if (!point)
+			continue;
+		point_event = i;
+		if (!check) {
+			uint64_t n = crash_point(0);
+			if (n <= EXHAUSTIVE_MAX)
+				planned += n;
+			else
+				big++;
+		} else {
+			uint64_t before = st.images + st.dups;
+			crash_point(1);
+			/* A fence point: the crash just before this fence, all its epoch pending. */
+			if (i + 1 < nev && ev[i + 1].h.kind == PMTRACE_FENCE && st.images + st.dups > before)
+				st.fences_seen++;
+		}
+	}
+	if (!check)
+		st.budget = big && st.target > planned ? (st.target - planned) / big + 2 : 8;
+	return planned;
+}
+
+/* --------------------------------------------------------------------- main */
+
+int
+main(int argc, char **argv)
+{
+#ifdef CRASH_FAULT
+	const char *fault = CRASH_FAULT;
+	uint64_t target = 3000, min_images = 1000;
+#else
+	const char *fault = NULL;
+	uint64_t target = 14000, min_images = 10000;
+#endif
+	const char *trace_arg = NULL;
+	int keep = 0, dump = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--images") && i + 1 < argc)
+			target = strtoull(argv[++i], NULL, 0), min_images = target * 2 / 3;
+		else if (!strcmp(argv[i], "--min") && i + 1 < argc)
+			min_images = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			rng = strtoull(argv[++i], NULL, 0) | 1;
+		else if (!strcmp(argv[i], "--keep"))
+			keep = 1;
+		else if (!strcmp(argv[i], "--dump"))
+			dump = 1;
+		else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+			trace_arg = argv[++i];
+		else {
+			fprintf(stderr, "usage: %s [--images N] [--min N] [--seed S] [--keep] "
+					"[--trace FILE] [--dump]\n", argv[0]);
+			return 2;
+		}
+	}
+	st.target = target;
+	unsetenv("PMCK_TRACE"); /* this process opens images: only the workload is traced */
+	plan(5);
+
+	char work_path[512], trace_path[512], ipath[512];
+	snprintf(work_path, sizeof(work_path), "%s", scratch_path("crash-work"));
+	snprintf(trace_path, sizeof(trace_path), "%s", trace_arg ? trace_arg : scratch_path("crash-trace"));
+	snprintf(ipath, sizeof(ipath), "%s", scratch_path("crash-image"));
+	img_path = ipath;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+
+	if (!trace_arg) {
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0) {
+			setenv("PMCK_TRACE", trace_path, 1);
+			int ret = workload(work_path);
+			unlink(work_path);
+			exit(ret);
+		}
+		int status = 0;
+		waitpid(pid, &status, 0);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the workload ran in the trace build");
+	} else {
+		ok(1, "replaying %s", trace_arg);
+	}
+	int ret = load_trace(trace_path, &size);
+	if (!ok(ret == 0 && size == POOL_SIZE, "its trace: %zu events over one region of %zu bytes",
+			nev, size))
+		return done_testing();
+	nlines = size / LINE;
+	for (size_t i = 0; dump && i < nev; i++) {
+		const struct event *e = &ev[i];
+		if (e->h.kind == PMTRACE_MARK && e->h.len == sizeof(struct oracle))
+			diag("%5zu mark '%s'", i, ((const struct oracle *)e->data)->what);
+		else
+			diag("%5zu %-15s %8" PRIu64 " +%-7" PRIu64 " tid %" PRIu64 " %.*s", i,
+					kind_name(e->h.kind), e->h.off, e->h.len, e->h.tid,
+					(int)e->h.site_len, e->site);
+	}
+
+	int fd = open(img_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)size) ||
+	    (img = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		diag("image file %s: %s", img_path, strerror(errno));
+		return 1;
+	}
+	close(fd);
+	dur = malloc(size);
+	vis = malloc(size);
+
+	replay(0);
+	replay(1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+
+	char summary[256];
+	snprintf(summary, sizeof(summary), "crash-images%s%s%s: %" PRIu64 " images, %" PRIu64
+			" fence points, %" PRIu64 " inconsistent", fault ? " (fault build " : "",
+			fault ? fault : "", fault ? ")" : "", st.images, st.fences, st.inconsistent);
+	diag("%" PRIu64 " crash points, %" PRIu64 " duplicate images skipped, %" PRIu64
+			" unflushed 8-byte words found at fences, %.1f s", st.points, st.dups,
+			st.unflushed_words, secs);
+	ok(st.fences > 0 && st.fences_seen == st.fences,
+			"every fence point gave images (%" PRIu64 " of %" PRIu64 ")", st.fences_seen,
+			st.fences);
+	ok(st.images >= min_images, "%" PRIu64 " distinct images (at least %" PRIu64 ")",
+			st.images, min_images);
+	if (fault) {
+		for (unsigned k = 0; k < nfault_sites; k++)
+			diag("caught after: %s", fault_sites[k]);
+		ok(st.inconsistent > 0, "the checker catches the fault build '%s': %" PRIu64
+				" of %" PRIu64 " images inconsistent", fault, st.inconsistent, st.images);
+	} else {
+		ok(st.inconsistent == 0, "every image consistent (%" PRIu64 " inconsistent)",
+				st.inconsistent);
+	}
+	printf("%s\n", summary);
+	fprintf(stderr, "%s\n", summary);
+	munmap(img, size);
+	unlink(img_path);
+	if (!keep && !trace_arg)
+		unlink(trace_path);
+	else if (keep)
+		diag("trace kept: %s", trace_path);
+	return done_testing();
+}
