@@ -332,7 +332,12 @@ $(BUILD)/tests/crash_images-drop-flush.o $(BUILD)/tests/crash_images-seal-early.
 		$(BUILD)/tests/crash_images-%.o: tests/crash_images.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DCRASH_FAULT='"$*"' -MMD -MP -c -o $@ $<
-$(BUILD)/common/pmtrace-drop-flush.o: common/pmtrace.c $(FLAGS_STAMP)
+DROP_STAMP := $(BUILD)/drop-site.stamp
+ifneq ($(file < $(DROP_STAMP)),$(TRACE_DROP_SITE))
+$(shell mkdir -p $(BUILD))
+$(file > $(DROP_STAMP),$(TRACE_DROP_SITE))
+endif
+$(BUILD)/common/pmtrace-drop-flush.o: common/pmtrace.c $(FLAGS_STAMP) $(DROP_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DPMTRACE_DROP_SITE='"$(TRACE_DROP_SITE)"' -MMD -MP -c -o $@ $<
 $(BUILD)/runtime/commit-seal-early.o: runtime/commit.c $(FLAGS_STAMP)

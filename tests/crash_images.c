@@ -61,7 +61,7 @@ struct oracle {
 	uint32_t magic;
 	int32_t pool_absent_ok;  /* before pma_pool_create returned */
 	int32_t store_absent_ok; /* before pmck_store_create returned */
-	int32_t scratch;         /* allocation "scratch": 0 absent, 1 present, 2 either */
+	int32_t scratch;         /* allocation SCRATCH: 0 absent, 1 present, 2 either */
 	int64_t accept[2];       /* recoverable steps (-1: no checkpoint; NONE: unused) */
 	int64_t global_from;     /* steps from here record world size 1, rank 0 */
 	char what[48];           /* what the workload is doing */
@@ -74,6 +74,8 @@ static struct pmck_tensor_desc descs[] = {
 	{.name = "step", .dtype = PMCK_DTYPE_I64, .ndim = 0, .layer = 2},
 };
 #define NT (sizeof(descs) / sizeof(descs[0]))
+/* Longer than the 32 name bytes in the first line of its table entry: the entry spans two lines. */
+#define SCRATCH "scratch-allocation-whose-name-spans-two-cache-lines"
 #define NLAYERS 3
 
 /* ----------------------------------------------------------- the workload */
@@ -189,7 +191,7 @@ workload(const char *path)
 	w.o.pool_absent_ok = 0;
 	w.o.scratch = 2;
 	mark(&w.o, "alloc");
-	if (pma_alloc(pool, "scratch", 4096, 0, PMA_ALLOC_ZERO, &a))
+	if (pma_alloc(pool, SCRATCH, 4096, 0, PMA_ALLOC_ZERO, &a))
 		return fail("alloc");
 	w.o.scratch = 1;
 	mark(&w.o, "store create");
@@ -198,7 +200,7 @@ workload(const char *path)
 	w.o.store_absent_ok = 0;
 	w.o.scratch = 2;
 	mark(&w.o, "free");
-	if (pma_free(pool, "scratch"))
+	if (pma_free(pool, SCRATCH))
 		return fail("free");
 	w.o.scratch = 0;
 	for (size_t i = 0; i < NT; i++) {
@@ -345,6 +347,7 @@ struct ver {
 	uint32_t line;
 	uint8_t mask;
 	uint8_t unflushed;
+	uint8_t nt;          /* a non-temporal store: volatile until a fence even under eADR */
 	uint64_t w[WORDS];
 };
 
@@ -358,12 +361,13 @@ static struct ver *pend;
 static size_t npend, pend_cap;
 
 static void
-add_versions(const struct event *e, int unflushed)
+add_versions(const struct event *e, int unflushed, int nt)
 {
 	uint64_t from = e->h.off, to = e->h.off + e->h.len;
 
 	for (uint64_t l = from / LINE; l * LINE < to; l++) {
-		struct ver v = {.seq = (uint64_t)(e - ev), .line = (uint32_t)l, .unflushed = (uint8_t)unflushed};
+		struct ver v = {.seq = (uint64_t)(e - ev), .line = (uint32_t)l,
+			.unflushed = (uint8_t)unflushed, .nt = (uint8_t)nt};
 		for (unsigned k = 0; k < WORDS; k++) {
 			uint64_t a = l * LINE + k * 8;
 			if (a + 8 > from && a < to)
@@ -533,7 +537,7 @@ check_image(const struct oracle *o, char *why, size_t len)
 		snprintf(why, len, "pool check: %d", ret);
 		goto out;
 	}
-	ret = pma_lookup(p, "scratch", NULL, NULL);
+	ret = pma_lookup(p, SCRATCH, NULL, NULL);
 	if ((ret == 0 && o->scratch == 0) || (ret == -ENOENT && o->scratch == 1) ||
 	    (ret && ret != -ENOENT)) {
 		snprintf(why, len, "allocation 'scratch' %s", ret ? "missing" : "present");
@@ -580,9 +584,31 @@ check_image(const struct oracle *o, char *why, size_t len)
 	}
 	unsigned rank = 9, world = 9;
 	ret = pmck_store_slot_world(s, rec.slot, &rank, &world);
-	if ((int64_t)rec.step >= o->global_from ? ret || rank != 0 || world != 1 : ret != -ENOENT)
+	if ((int64_t)rec.step >= o->global_from ? ret || rank != 0 || world != 1 : ret != -ENOENT) {
 		snprintf(why, len, "step %" PRIu64 ": world size %s", rec.step,
 				ret ? "not recorded" : "recorded");
+		goto out;
+	}
+	/* The other slot, if sealed, must be whole too: a torn sealed slot is never allowed. */
+	unsigned other = !rec.slot;
+	int64_t ostep = pmck_store_slot_step(s, other);
+	if (ostep < 0)
+		goto out;
+	if ((ret = pmck_store_recover_step(s, (uint64_t)ostep, NULL))) {
+		snprintf(why, len, "torn checkpoint: slot %u sealed with step %" PRId64 ": %s", other,
+				ostep, pma_errormsg());
+		goto out;
+	}
+	for (size_t i = 0; i < NT; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		fill_tensor((uint64_t)ostep, i, buf, ti.nbytes);
+		if (memcmp(pmck_store_tensor_data(s, i), buf, ti.nbytes)) {
+			snprintf(why, len, "slot %u, step %" PRId64 ": tensor '%s' holds other bytes",
+					other, ostep, ti.name);
+			goto out;
+		}
+	}
 out:
 	pmck_store_close(&s);
 	pma_pool_close(&p);
@@ -712,12 +738,15 @@ crash_point(int check)
 		}
 	}
 	for (; done < st.budget; done++) {
-		int mode = (int)(xorshift64(&rng) % 4); /* 0-2 line by line, 3 torn */
+		/* 0-1 line by line, 2 torn, 3 eADR: every cached store, some NT lines */
+		int mode = (int)(xorshift64(&rng) % 4);
 		for (size_t j = 0; j < npl; j++) {
 			choice[j] = (uint32_t)(xorshift64(&rng) % (pl[j].n + 1));
-			torn[j] = mode == 3 && (xorshift64(&rng) & 1);
+			torn[j] = mode == 2 && (xorshift64(&rng) & 1);
+			if (mode == 3 && !kept[pl[j].first + pl[j].n - 1]->nt)
+				choice[j] = pl[j].n;
 		}
-		try_image(mode == 3 ? "random, torn words" : "random lines");
+		try_image(mode == 2 ? "random, torn words" : mode == 3 ? "eADR" : "random lines");
 	}
 	return done;
 }
@@ -755,11 +784,12 @@ replay(int check)
 		case PMTRACE_PERSIST:
 		case PMTRACE_NT:
 			memcpy(vis + e->h.off, e->data, e->h.len);
-			add_versions(e, e->h.kind == PMTRACE_STORE);
+			add_versions(e, e->h.kind == PMTRACE_STORE, e->h.kind == PMTRACE_NT &&
+					!(e->h.flags & PMTRACE_F_TEMPORAL));
 			break;
 		case PMTRACE_MEMSET:
 			memset(vis + e->h.off, e->data[0], e->h.len);
-			add_versions(e, 0);
+			add_versions(e, 0, 1);
 			break;
 		case PMTRACE_FENCE:
 			fence();
