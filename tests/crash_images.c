@@ -393,7 +393,8 @@ cmp_line_seq(const void *a, const void *b)
 static void
 fence(void)
 {
-	qsort(pend, npend, sizeof(*pend), cmp_line_seq);
+	if (npend)
+		qsort(pend, npend, sizeof(*pend), cmp_line_seq);
 	size_t keep = 0;
 	for (size_t i = 0; i < npend;) {
 		size_t j = i;
@@ -436,7 +437,8 @@ static void
 pending_lines(void)
 {
 	struct ver *sorted = pend;
-	qsort(sorted, npend, sizeof(*sorted), cmp_line_seq);
+	if (npend)
+		qsort(sorted, npend, sizeof(*sorted), cmp_line_seq);
 	npl = 0;
 	if (kept_cap < npend + 1)
 		kept = realloc(kept, (kept_cap = npend + 1) * sizeof(*kept));
@@ -890,14 +892,19 @@ main(int argc, char **argv)
 	}
 	int ret = load_trace(trace_path, &size);
 	if (!ok(ret == 0 && size == POOL_SIZE, "its trace: %zu events over one region of %zu bytes",
-			nev, size))
+			nev, size)) {
+		if (!keep && !trace_arg)
+			unlink(trace_path);
 		return done_testing();
+	}
 	nlines = size / LINE;
 	for (size_t i = 0; dump && i < nev; i++) {
 		const struct event *e = &ev[i];
-		if (e->h.kind == PMTRACE_MARK && e->h.len == sizeof(struct oracle))
-			diag("%5zu mark '%s'", i, ((const struct oracle *)e->data)->what);
-		else
+		struct oracle o;
+		if (e->h.kind == PMTRACE_MARK && e->h.len == sizeof(o)) {
+			memcpy(&o, e->data, sizeof(o));
+			diag("%5zu mark '%s'", i, o.what);
+		} else
 			diag("%5zu %-15s %8" PRIu64 " +%-7" PRIu64 " tid %" PRIu64 " %.*s", i,
 					kind_name(e->h.kind), e->h.off, e->h.len, e->h.tid,
 					(int)e->h.site_len, e->site);
