@@ -34,8 +34,9 @@ DEPS    := $(sort $(PMALLOC_DEPS) $(PMALLOC_NS_DEPS) $(RUNTIME_DEPS) $(DDIO_DEPS
 
 # The trace build (TRACE=1, build/trace; build/trace-asan with SANITIZE=1):
 # every persistence primitive records an event (common/pmtrace.h) for
-# tests/crash_images.  Static libraries, no CUDA, no MPI; TSAN would report
-# the fence's comparison of the mapping against writer threads.
+# tests/crash_images; `make TRACE=1 trace-tests` (what make check runs) builds
+# only the static libraries that test links.  No CUDA, no MPI; TSAN would
+# report the fence's comparison of the mapping against writer threads.
 ifeq ($(TRACE),1)
 ifeq ($(TSAN),1)
 $(error TRACE=1 and TSAN=1 exclude each other)
