@@ -226,7 +226,7 @@ record_unflushed(struct traced *t, const char *site, int site_n)
 		size_t n = t->size - page < PAGE ? t->size - page : PAGE;
 		if (!memcmp(t->addr + page, t->shadow + page, n))
 			continue;
-		size_t w = page, end = page + n;
+		size_t w = page, end = page + (n & ~(size_t)7); /* whole words (a region's tail is not) */
 		while (w < end) {
 			if (!memcmp(t->addr + w, t->shadow + w, 8)) {
 				w += 8;

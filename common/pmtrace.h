@@ -38,7 +38,7 @@
 enum pmtrace_kind {
 	PMTRACE_REGION = 1,  /* a region opened for writing: len = size, data = path */
 	PMTRACE_IMAGE = 2,   /* its initial contents: a non-zero page at off (data) */
-	PMTRACE_STORE = 3,   /* stored, never flushed (found at a fence): data */
+	PMTRACE_STORE = 3,   /* stored, never flushed: data; its site is the fence that found it */
 	PMTRACE_FLUSH = 4,   /* whole cache lines written back: data as flushed */
 	PMTRACE_PERSIST = 5, /* the flush of a persist (a FENCE follows): data */
 	PMTRACE_NT = 6,      /* a non-temporal or flushed copy of data */
