@@ -7,6 +7,7 @@
 #   make demo             the synthetic training loop with crash and recovery
 #   make bench            throughput ratios against baselines measured in the same run
 #   make soak TRIALS=N    N kill-and-recover trials (soak-mpi, soak-dist: multi-rank)
+#   make crash-images N=  power-failure images of a persistence trace (build/trace, TRACE=1)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make install SHARED=0 the same without the shared libraries (a prefix to link statically from)
 #   make install REBUILD=0  refuse to rebuild when the flags differ from $(BUILD)'s (tests)
@@ -31,6 +32,20 @@ RUNTIME_DEPS := libpmem2 libxxhash numa json-c
 DDIO_DEPS    := libpci json-c
 DEPS    := $(sort $(PMALLOC_DEPS) $(PMALLOC_NS_DEPS) $(RUNTIME_DEPS) $(DDIO_DEPS))
 
+# The trace build (TRACE=1, build/trace; build/trace-asan with SANITIZE=1):
+# every persistence primitive records an event (common/pmtrace.h) for
+# tests/crash_images; `make TRACE=1 trace-tests` (what make check runs) builds
+# only the static libraries that test links.  No CUDA, no MPI; TSAN would
+# report the fence's comparison of the mapping against writer threads.
+ifeq ($(TRACE),1)
+ifeq ($(TSAN),1)
+$(error TRACE=1 and TSAN=1 exclude each other)
+endif
+BUILD   ?= build/trace$(if $(filter 1,$(SANITIZE)),-asan)
+TRACEFLAGS := -DPMCK_TRACE
+override CUDA := 0
+override MPI := 0
+endif
 ifeq ($(SANITIZE),1)
 BUILD   ?= build/asan
 SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -81,7 +96,7 @@ FORCE:
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
-           -Iinclude -Icommon $(DEP_CFLAGS) $(SANFLAGS)
+           -Iinclude -Icommon $(DEP_CFLAGS) $(SANFLAGS) $(TRACEFLAGS)
 LDFLAGS += -pthread $(SANFLAGS)
 LDLIBS  += $(DEP_LIBS)
 
@@ -99,7 +114,8 @@ MPICC   ?= $(FOUND_MPICC)
 MPI     ?= $(if $(MPICC),1,0)
 
 # common/: helpers compiled into every library that needs them (error messages).
-COMMON_SRC  := common/errmsg.c
+# common/pmtrace.c: in the trace build only (every other build has its empty inline hooks).
+COMMON_SRC  := common/errmsg.c $(if $(TRACEFLAGS),common/pmtrace.c)
 PMALLOC_NS_SRC := pmalloc/ndctl.c $(wildcard pmalloc/ns_*.c pmalloc/provision*.c)
 PMALLOC_SRC := $(filter-out $(PMALLOC_NS_SRC),$(wildcard pmalloc/*.c)) $(COMMON_SRC)
 PMALLOC_NS_SRC += $(COMMON_SRC)
@@ -108,7 +124,8 @@ RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON
 TOOL_SRC    := $(wildcard tools/*.c)
 PMCKPT_SRC  := $(wildcard tools/pmckpt/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
-TEST_SRC    := $(wildcard tests/*.c)
+# tests/crash_images.c needs the trace build: make check builds it there (trace-tests).
+TEST_SRC    := $(filter-out tests/crash_images.c,$(wildcard tests/*.c))
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
 PMALLOC_NS_OBJ := $(PMALLOC_NS_SRC:%.c=$(BUILD)/%.o)
@@ -298,13 +315,62 @@ $(PCS):
 
 tests: $(TESTS) $(TOOLS) $(MPI_TESTS)
 
+# The power-failure checker (tests/crash_images.c) and its two fault builds,
+# which it must catch: drop-flush does not flush TRACE_DROP_SITE (default: the
+# checksums' persist of the commit), seal-early flushes the seal before the
+# drain of the data (runtime/commit.c, PMCK_TRACE_FAULT_SEAL_EARLY).  Each
+# fault build differs by one object linked before the archives.
+TRACE_BUILD := build/trace$(if $(filter 1,$(SANITIZE)),-asan)
+TRACE_TESTS := $(TRACE_BUILD)/tests/crash_images $(TRACE_BUILD)/tests/crash_images-drop-flush \
+               $(TRACE_BUILD)/tests/crash_images-seal-early
+TRACE_DROP_GREP := pma_region_persist.s->region, csum
+TRACE_DROP_SITE ?= runtime/commit.c:$(firstword $(shell grep -n '$(TRACE_DROP_GREP)' runtime/commit.c | cut -d: -f1))
+ifeq ($(TRACE),1)
+TRACE_LINK = $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(LDFLAGS) $(LDLIBS) -lm
+trace-tests: $(BUILD)/tests/crash_images $(BUILD)/tests/crash_images-drop-flush \
+		$(BUILD)/tests/crash_images-seal-early
+$(BUILD)/tests/crash_images-drop-flush.o $(BUILD)/tests/crash_images-seal-early.o: \
+		$(BUILD)/tests/crash_images-%.o: tests/crash_images.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DCRASH_FAULT='"$*"' -MMD -MP -c -o $@ $<
+DROP_STAMP := $(BUILD)/drop-site.stamp
+ifneq ($(file < $(DROP_STAMP)),$(TRACE_DROP_SITE))
+$(shell mkdir -p $(BUILD))
+$(file > $(DROP_STAMP),$(TRACE_DROP_SITE))
+endif
+$(BUILD)/common/pmtrace-drop-flush.o: common/pmtrace.c $(FLAGS_STAMP) $(DROP_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DPMTRACE_DROP_SITE='"$(TRACE_DROP_SITE)"' -MMD -MP -c -o $@ $<
+$(BUILD)/runtime/commit-seal-early.o: runtime/commit.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DPMCK_TRACE_FAULT_SEAL_EARLY -MMD -MP -c -o $@ $<
+$(BUILD)/tests/crash_images: $(BUILD)/tests/crash_images.o $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
+	$(CC) -o $@ $< $(TRACE_LINK)
+$(BUILD)/tests/crash_images-drop-flush: $(BUILD)/tests/crash_images-drop-flush.o \
+		$(BUILD)/common/pmtrace-drop-flush.o $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
+	$(CC) -o $@ $(filter %.o,$^) $(TRACE_LINK)
+$(BUILD)/tests/crash_images-seal-early: $(BUILD)/tests/crash_images-seal-early.o \
+		$(BUILD)/runtime/commit-seal-early.o $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a
+	$(CC) -o $@ $(filter %.o,$^) $(TRACE_LINK)
+else
+trace-tests:
+	$(MAKE) TRACE=1 TSAN=0 BUILD=$(TRACE_BUILD) trace-tests
+endif
+.PHONY: trace-tests
+
+# Power-failure images at every fence of a short run: N images (default 100000).
+N ?= 100000
+crash-images: trace-tests
+	$(TRACE_BUILD)/tests/crash_images --images $(N)
+.PHONY: crash-images
+
 # The PyTorch binding's interpreter (tools/python-env: a venv outside the clone, built once).
 python-env:
 	@tools/python-env >/dev/null
 .PHONY: python-env
 
-check: all tests python-env
-	BUILD=$(BUILD) prove --exec '' $(TESTS) $(wildcard tests/*.sh)
+check: all tests python-env trace-tests
+	BUILD=$(BUILD) prove --exec '' $(TESTS) $(wildcard tests/*.sh) $(TRACE_TESTS)
 
 # The emulated-NVDIMM VM test alone, verbose, with a longer budget (tests/vm/run.sh).
 check-vm: all tests

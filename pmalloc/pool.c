@@ -28,6 +28,7 @@
 #include "pmalloc.h"
 #include "errmsg.h"
 #include "pool_format.h"
+#include "pmtrace.h" /* the trace build (make TRACE=1) names each persist's call site */
 
 static uint64_t
 align_up(uint64_t x, uint64_t a)

@@ -16,6 +16,8 @@
 #include "pmalloc.h"
 #include "errmsg.h"
 #include "lock.h"
+#define PMTRACE_NO_SITES /* this file defines the functions the sites call */
+#include "pmtrace.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -243,6 +245,8 @@ pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region
 		pma_region_prefault(r);
 	if (r->numa_node < 0)
 		r->numa_node = node_of_pages(r->addr);
+	if (!r->rdonly)
+		pmtrace_region_open(r->addr, r->size, r->path);
 	*out = r;
 	return 0;
 fail:
@@ -259,8 +263,10 @@ pma_region_close(struct pma_region **rp)
 
 	if (!r)
 		return;
-	if (r->map)
+	if (r->map) {
+		pmtrace_region_close(r->addr);
 		pmem2_map_delete(&r->map);
+	}
 	/*
 	 * close, never flock(LOCK_UN): a child forked after the open shares
 	 * the lock, and an unlock by either would end it for both.  The lock
@@ -292,22 +298,41 @@ pma_granularity_name(enum pma_granularity g)
 	return "unknown";
 }
 
+/*
+ * The persistence functions: libpmem2's, and in the trace build (make
+ * TRACE=1) an event of common/pmtrace.c after each, with the call site
+ * (pmtrace.h) or the caller's address.  In every other build the pmtrace_
+ * calls are empty inline functions.
+ */
 void
 pma_region_persist(const struct pma_region *r, const void *addr, size_t len)
 {
-	r->persist(addr, len);
+	if (pmtrace_dropped()) { /* fault build: this site's flush is dropped, its drain kept */
+		r->drain();
+	} else {
+		r->persist(addr, len);
+		pmtrace_flush(addr, len, 1, __builtin_return_address(0));
+	}
+	pmtrace_fence(__builtin_return_address(0));
+	pmtrace_site(NULL, 0);
 }
 
 void
 pma_region_flush(const struct pma_region *r, const void *addr, size_t len)
 {
-	r->flush(addr, len);
+	if (!pmtrace_dropped()) { /* fault build: this site's flush is dropped */
+		r->flush(addr, len);
+		pmtrace_flush(addr, len, 0, __builtin_return_address(0));
+	}
+	pmtrace_site(NULL, 0);
 }
 
 void
 pma_region_drain(const struct pma_region *r)
 {
 	r->drain();
+	pmtrace_fence(__builtin_return_address(0));
+	pmtrace_site(NULL, 0);
 }
 
 void
@@ -315,10 +340,18 @@ pma_region_memcpy(const struct pma_region *r, void *dst, const void *src, size_t
 		unsigned flags)
 {
 	r->memcpy(dst, src, len, flags);
+	pmtrace_nt(dst, len, !(flags & PMEM2_F_MEM_NONTEMPORAL), __builtin_return_address(0));
+	if (!(flags & PMEM2_F_MEM_NODRAIN))
+		pmtrace_fence(__builtin_return_address(0));
+	pmtrace_site(NULL, 0);
 }
 
 void
 pma_region_memset(const struct pma_region *r, void *dst, int c, size_t len, unsigned flags)
 {
 	r->memset(dst, c, len, flags);
+	pmtrace_memset(dst, c, len, __builtin_return_address(0));
+	if (!(flags & PMEM2_F_MEM_NODRAIN))
+		pmtrace_fence(__builtin_return_address(0));
+	pmtrace_site(NULL, 0);
 }

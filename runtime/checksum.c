@@ -152,6 +152,7 @@ pmck__copy_hash(const struct pma_region *r, void *dst, const void *src, size_t l
 	if (head)
 		pma_region_memcpy(r, dst, src, head, NT_NODRAIN);
 	uint64_t h = copy_hash_avx512(dst, src, len, head, &to);
+	PMTRACE_NT_STORES((char *)dst + head, to - head); /* trace build: stores made without libpmem2 */
 	if (to < len)
 		pma_region_memcpy(r, (char *)dst + to, (const char *)src + to, len - to, NT_NODRAIN);
 	/*
@@ -162,6 +163,7 @@ pmck__copy_hash(const struct pma_region *r, void *dst, const void *src, size_t l
 	 * Page granularity also needs its msync.
 	 */
 	_mm_sfence();
+	PMTRACE_SFENCE();
 	if (pma_region_granularity(r) == PMA_GRANULARITY_PAGE)
 		pma_region_flush(r, (char *)dst + head, to - head);
 	return h;

@@ -14,6 +14,7 @@
 
 #include "pmckpt.h"
 #include "errmsg.h"       /* common/: pmck__err, pmck__err_prefix */
+#include "pmtrace.h"      /* common/: persistence events of the trace build (make TRACE=1) */
 
 /*
  * The runtime's files report failures with pma__err and pma__err_prefix, by
