@@ -342,6 +342,7 @@ check-fresh:
 .PHONY: check-fresh
 
 bench: all
+	BUILD=$(BUILD) tools/pmbench-refcheck.sh
 	$(BUILD)/pmck-bench
 	$(BUILD)/pmck-pipebench
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
