@@ -260,8 +260,10 @@ $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
 $(PMBENCH_OBJ): CFLAGS += -DPMCK_VERSION='"$(VERSION)"' -DPMBENCH_PMEM2_VERSION='"$(PMEM2_VERSION)"'
 $(BUILD)/pmbench: $(PMBENCH_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $(PMBENCH_OBJ) $(TOOLLIB) $(LINK_A) $(LDLIBS) -lm
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(FLAGS_STAMP)
-	$(CC) $(LDFLAGS) -o $@ $< $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
+# Tests may use the tools' helpers too (tests/ddio_fake.h: tools/lib/ddio_sim.c).
+$(BUILD)/tests/%.o: CFLAGS += -Itools
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
 $(NS_USERS): $(NS_A)
 $(NS_USERS): NS_LINK = $(NS_A)
 
