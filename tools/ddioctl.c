@@ -6,12 +6,16 @@
  *   ddioctl disable DEVICE [--dry-run] [--force] [--json] [--state-file PATH]
  *   ddioctl enable  DEVICE [--dry-run] [--force] [--json] [--state-file PATH]
  *   ddioctl restore [DEVICE] [--dry-run] [--force] [--json] [--state-file PATH]
+ *   ddioctl --simulate DIR --platform NAME [--json]
  *
  *   DEVICE: --device BDF | --cuda N | --dax /dev/daxX.Y
  *
  * status is read-only; without a device it lists every root port.  Every
  * change records the register's prior value in the state file first, and
- * restore puts the recorded bits back.  See docs/ddio.md.
+ * restore puts the recorded bits back.  --simulate builds a fake sysfs tree
+ * of a named platform to try the others on (--sysfs DIR/sys --dev DIR/dev).
+ * With --json every outcome is one JSON document on stdout, errors
+ * included: {"error": MESSAGE, "code": N}.  See docs/ddio.md.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -40,12 +44,15 @@ usage(FILE *f)
 		"       ddioctl disable DEVICE [--dry-run] [--force] [--json] [--state-file PATH]\n"
 		"       ddioctl enable  DEVICE [--dry-run] [--force] [--json] [--state-file PATH]\n"
 		"       ddioctl restore [DEVICE] [--dry-run] [--force] [--json] [--state-file PATH]\n"
+		"       ddioctl --simulate DIR --platform NAME [--json]\n"
 		"DEVICE: --device BDF | --cuda N | --dax /dev/daxX.Y (DDIO is set on its PCIe root port)\n"
 		"  --dry-run     show the exact configuration write; write nothing\n"
 		"  --force       act on root ports that are not verified Intel Xeon IIO ports\n"
-		"  --json        JSON output\n"
+		"  --json        JSON output, errors too ({\"error\": ..., \"code\": N})\n"
 		"  --state-file  where prior values are kept (default " DEFAULT_STATE ")\n"
-		"  --sysfs PATH, --dev PATH   use a sysfs / dev tree other than /sys, /dev (tests)\n");
+		"  --sysfs PATH, --dev PATH   use a sysfs / dev tree other than /sys, /dev (tests)\n"
+		"  --simulate DIR --platform NAME   build a fake tree of a platform in DIR (DIR/sys,\n"
+		"                DIR/dev) to try ddioctl on: skylake-sp, icelake-sp, amd-epyc, qemu, mixed\n");
 }
 
 static int json_mode; /* --json: errors are JSON documents on stdout too */
