@@ -8,8 +8,12 @@
  * pmbench's figures against it in the same run
  * (tools/pmbench-refcheck.sh prints ratio: pmbench_1MiB_vs_reference).
  *
- *   pmbench-ref [--file PATH] [--size BYTES] [--block BYTES] [--time-ms N] [--repeat N]
+ *   pmbench-ref [--file PATH] [--size BYTES] [--block BYTES] [--time-ms N] [--repeat N] [--msync]
  *
+ * --msync: an msync(MS_SYNC) of each block after it is copied, which is what
+ * persisting costs on a page-granularity mapping (a file not on PM: libpmem2
+ * then persists with msync), so that pmbench on such a file is compared like
+ * for like.
  * The file (default: one in /dev/shm, removed at the end) is allocated
  * with posix_fallocate and written whole before measuring.
  */
@@ -57,6 +61,8 @@ cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static int do_msync;
+
 /* GB/s of copying blocks round the mapping for time_ms, median of `repeat` after a warm-up. */
 static double
 run(int nt, char *map, size_t size, const char *src, size_t block, unsigned time_ms, unsigned repeat)
@@ -72,6 +78,8 @@ run(int nt, char *map, size_t size, const char *src, size_t block, unsigned time
 				stream_copy(map + off, src, block);
 			else
 				memcpy(map + off, src, block);
+			if (do_msync)
+				msync(map + (off & ~(size_t)4095), block + (off & 4095), MS_SYNC);
 			bytes += block;
 			off = off + 2 * block > size ? 0 : off + block;
 			t = now();
@@ -89,7 +97,8 @@ main(int argc, char **argv)
 	static const struct option lo[] = {
 		{"file", required_argument, NULL, 'f'}, {"size", required_argument, NULL, 's'},
 		{"block", required_argument, NULL, 'b'}, {"time-ms", required_argument, NULL, 't'},
-		{"repeat", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+		{"repeat", required_argument, NULL, 'r'}, {"msync", no_argument, NULL, 'm'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	char path[512] = "";
@@ -99,7 +108,7 @@ main(int argc, char **argv)
 	char *map, *src;
 
 	tool_init("pmbench-ref", "usage: pmbench-ref [--file PATH] [--size BYTES] [--block BYTES] "
-			"[--time-ms N] [--repeat N]\n");
+			"[--time-ms N] [--repeat N] [--msync]\n");
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'f': snprintf(path, sizeof(path), "%s", optarg); break;
@@ -120,9 +129,10 @@ main(int argc, char **argv)
 			if (*optarg == '-' || tool_parse_uint(optarg, 1, 100, &repeat))
 				return tool_usage_error("--repeat '%s': expected 1 to 100", optarg);
 			break;
+		case 'm': do_msync = 1; break;
 		case 'h':
 			printf("usage: pmbench-ref [--file PATH] [--size BYTES] [--block BYTES] "
-					"[--time-ms N] [--repeat N]\n");
+					"[--time-ms N] [--repeat N] [--msync]\n");
 			return 0;
 		default: return tool_usage_error("unknown option");
 		}
