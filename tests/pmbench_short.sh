@@ -89,7 +89,7 @@ def rd(name):
         return open(os.path.join(d, name)).read()
     except OSError:
         return ""
-print("1..%d" % (24 + nref))
+print("1..%d" % (25 + nref))
 rc = int(rd("rc"))
 out = rd("stdout")
 if not ok(rc == 0, "pmbench exits 0 (%d)" % rc):

@@ -7,12 +7,14 @@
  * cannot back (a hole on a full file system, a file truncated under the
  * run) and on real PM when a load hits a poisoned line.  The thread that
  * touches the region arms a jump buffer of its own (thread-local); the
- * handler jumps back there with the faulting address.  A SIGBUS with no
- * armed buffer (not ours) gets the default action.
+ * handler jumps back there with the faulting address.  A SIGBUS in a thread
+ * with no armed buffer (the library's GPU pipeline threads) is reported
+ * from the handler with async-signal-safe calls, and the process exits 1.
  */
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pmalloc.h"
 #include "pmbench.h"
@@ -20,15 +22,58 @@
 static _Thread_local sigjmp_buf *armed;
 static _Thread_local uintptr_t fault_addr;
 
+/* Decimal v into b; the length. */
+static size_t
+utoa(char *b, uint64_t v)
+{
+	char d[24];
+	size_t n = 0, k = 0;
+
+	do {
+		d[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		b[k++] = d[--n];
+	return k;
+}
+
+/*
+ * A fault in a thread with nothing armed (a library thread of the GPU
+ * pipeline): reported with async-signal-safe calls, then exit status 1.
+ */
+static void
+report_unarmed(uintptr_t a)
+{
+	static const char pre[] = "pmbench: SIGBUS in a thread pmbench does not guard, ",
+		in[] = "at offset ", out[] = "outside the region",
+		post[] = ": a page the file system could not back, a truncated file, or a media error\n";
+	uintptr_t base = region ? (uintptr_t)pma_region_addr(region) : 0;
+	char b[256];
+	size_t n = 0;
+
+	memcpy(b, pre, sizeof(pre) - 1);
+	n += sizeof(pre) - 1;
+	if (region && a >= base && a - base < pma_region_size(region)) {
+		memcpy(b + n, in, sizeof(in) - 1);
+		n += sizeof(in) - 1;
+		n += utoa(b + n, a - base);
+	} else {
+		memcpy(b + n, out, sizeof(out) - 1);
+		n += sizeof(out) - 1;
+	}
+	if (write(STDERR_FILENO, b, n) < 0 || write(STDERR_FILENO, post, sizeof(post) - 1) < 0)
+		_exit(1);
+	_exit(1);
+}
+
 static void
 on_sigbus(int sig, siginfo_t *si, void *uc)
 {
+	(void)sig;
 	(void)uc;
-	if (!armed) {
-		signal(sig, SIG_DFL);
-		raise(sig);
-		return;
-	}
+	if (!armed)
+		report_unarmed((uintptr_t)si->si_addr);
 	sigjmp_buf *jb = armed;
 	armed = NULL;
 	fault_addr = (uintptr_t)si->si_addr;
