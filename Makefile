@@ -87,6 +87,7 @@ $(CONFIG): FORCE
 	   echo "DDIO_STATIC_LIBS := $$($(PKG_CONFIG) --static --libs $(DDIO_DEPS))"; \
 	   echo "FOUND_MPI_PC := $$(for p in ompi-c mpich mpi; do $(PKG_CONFIG) --exists $$p && { echo $$p; break; }; done)"; \
 	   echo "PMEMOBJ_LIBS := $$($(PKG_CONFIG) --libs libpmemobj)"; \
+	   echo "PMEM2_VERSION := $$($(PKG_CONFIG) --modversion libpmem2)"; \
 	   echo "FOUND_MPICC := $$(command -v mpicc)"; \
 	   echo "FOUND_NVCC := $$(ls /usr/local/cuda/bin/nvcc 2>/dev/null || command -v nvcc)"; \
 	 } > $@.tmp
@@ -123,6 +124,7 @@ DDIO_SRC    := $(wildcard ddio/*.c) $(COMMON_SRC)
 RUNTIME_SRC := $(filter-out runtime/gpu_none.c,$(wildcard runtime/*.c)) $(COMMON_SRC)
 TOOL_SRC    := $(wildcard tools/*.c)
 PMCKPT_SRC  := $(wildcard tools/pmckpt/*.c)
+PMBENCH_SRC := $(wildcard tools/pmbench/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
 # tests/crash_images.c needs the trace build: make check builds it there (trace-tests).
 TEST_SRC    := $(filter-out tests/crash_images.c,$(wildcard tests/*.c))
@@ -142,9 +144,11 @@ CFLAGS  += -DPMCK_HAVE_CUDA -I$(CUDA_HOME)/include
 else
 RUNTIME_OBJ += $(BUILD)/runtime/gpu_none.o
 endif
-# One program per tools/*.c, and pmckpt from the files of tools/pmckpt/ (one per command group).
-TOOLS       := $(sort $(TOOL_SRC:tools/%.c=$(BUILD)/%) $(BUILD)/pmckpt)
+# One program per tools/*.c, pmckpt from the files of tools/pmckpt/ (one per command group)
+# and pmbench from those of tools/pmbench/ (one per concept).
+TOOLS       := $(sort $(TOOL_SRC:tools/%.c=$(BUILD)/%) $(BUILD)/pmckpt $(BUILD)/pmbench)
 PMCKPT_OBJ  := $(PMCKPT_SRC:%.c=$(BUILD)/%.o)
+PMBENCH_OBJ := $(PMBENCH_SRC:%.c=$(BUILD)/%.o)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # Tools and tests link LINK_A; those that provision (pmctl, tests/pmctl_*) NS_A too.
 LINK_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
@@ -269,8 +273,14 @@ $(BUILD)/%: $(BUILD)/tools/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 $(BUILD)/pmckpt: $(PMCKPT_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $(PMCKPT_OBJ) $(TOOLLIB) $(LINK_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(FLAGS_STAMP)
-	$(CC) $(LDFLAGS) -o $@ $< $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
+# pmbench's output names the versions it was built with.
+$(PMBENCH_OBJ): CFLAGS += -DPMCK_VERSION='"$(VERSION)"' -DPMBENCH_PMEM2_VERSION='"$(PMEM2_VERSION)"'
+$(BUILD)/pmbench: $(PMBENCH_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(PMBENCH_OBJ) $(TOOLLIB) $(LINK_A) $(LDLIBS) -lm
+# Tests may use the tools' helpers too (tests/ddio_fake.h: tools/lib/ddio_sim.c).
+$(BUILD)/tests/%.o: CFLAGS += -Itools
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
 $(NS_USERS): $(NS_A)
 $(NS_USERS): NS_LINK = $(NS_A)
 
@@ -400,6 +410,7 @@ check-fresh:
 .PHONY: check-fresh
 
 bench: all
+	BUILD=$(BUILD) tools/pmbench-refcheck.sh
 	$(BUILD)/pmck-bench
 	$(BUILD)/pmck-pipebench
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)

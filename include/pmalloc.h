@@ -78,7 +78,14 @@ enum pma_region_kind {
  *
  * With PMA_REGION_CREATE and no file at path, a regular file of `size`
  * bytes is created (0600).  An existing file or device is mapped whole;
- * `size` is then only a lower bound (0: any size).  Unless
+ * `size` is then only a lower bound (0: any size).  The blocks of a regular
+ * file opened for writing, new or existing, are reserved with
+ * posix_fallocate (an existing file's data are kept): a sparse file on a
+ * file system without room fails here with -ENOSPC rather than raising
+ * SIGBUS at the first store into a hole (file systems without fallocate
+ * are mapped as before).  A media error on real PM still raises SIGBUS in
+ * the thread that touches the poisoned line, as with PMDK: the library
+ * does not catch signals.  Unless
  * PMA_REGION_NO_PREFAULT is given, the page tables of the whole mapping are
  * populated for writing before this returns (madvise MADV_POPULATE_WRITE),
  * so the first checkpoint does not pay page faults; contents are unchanged.
@@ -108,9 +115,11 @@ enum pma_region_kind {
  *
  * Errors: -EINVAL (bad arguments, CREATE with RDONLY), -ENOENT (no file and
  * no CREATE), PMA_E_BUSY (locked by another open), -ENOSPC (existing
- * region smaller than size), other -errno from open (-EACCES: not
+ * region smaller than size, or a file whose blocks the file system cannot
+ * reserve), other -errno from open (-EACCES: not
  * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate,
- * -ENOTSUP when libpmem2 cannot map it.
+ * -ENOTSUP when libpmem2 cannot map it (the message says why, also where
+ * libpmem2 gives no reason: "a character device that is not device-dax").
  */
 int pma_region_open(const char *path, size_t size, unsigned flags,
 		struct pma_region **out);

@@ -45,6 +45,32 @@ struct pma_region {
 };
 
 /*
+ * An existing regular file opened for writing gets its blocks reserved
+ * (posix_fallocate keeps the data): a sparse file (made by truncate, or
+ * by a file system without fallocate) on a file system without room then
+ * fails here with ENOSPC, instead of killing the process with SIGBUS on
+ * the first store to a hole.  Not for devices, and a file system that
+ * cannot fallocate keeps the old behaviour.  Returns fd or a negative error
+ * (fd closed).
+ */
+static int
+reserve_existing(int fd, const char *path)
+{
+	struct stat st;
+	int ret;
+
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return fd;
+	ret = posix_fallocate(fd, 0, st.st_size);
+	if (ret == 0 || ret == EOPNOTSUPP || ret == EINVAL)
+		return fd;
+	close(fd);
+	return pma__err(-ret, "allocate the %lld bytes of %s: %s%s", (long long)st.st_size, path,
+			strerror(ret), ret == ENOSPC ? " (a sparse file on a file system without room; "
+			"mapping it would end in SIGBUS)" : "");
+}
+
+/*
  * Opens path (O_CLOEXEC: an exec'd program must not inherit the lock) and
  * locks it before anything else, so that only the lock holder ever sizes
  * a file or maps it.
@@ -71,7 +97,7 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created)
 	 */
 	if (fd >= 0 && (!(flags & PMA_REGION_CREATE) || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
 			st.st_size != 0))
-		return fd;
+		return rdonly ? fd : reserve_existing(fd, path);
 	if (!(flags & PMA_REGION_CREATE))
 		return pma__err(-ENOENT, "%s does not exist (create it or pass a size)", path);
 	if (size == 0) {
@@ -151,8 +177,19 @@ map_with_pmem2(struct pma_region *r)
 	r->memset = pmem2_get_memset_fn(r->map);
 	return 0;
 fail:
-	pma__err(ret == -ENOMEM ? -ENOMEM : -ENOTSUP, "libpmem2 cannot map %s: %s",
-			r->path, pmem2_errormsg());
+	/*
+	 * libpmem2 leaves its message empty for some refusals (a character
+	 * device that is not device-dax, such as /dev/null): say why ourselves.
+	 */
+	if (pmem2_errormsg()[0])
+		pma__err(-ENOTSUP, "libpmem2 cannot map %s: %s", r->path, pmem2_errormsg());
+	else
+		pma__err(-ENOTSUP, "libpmem2 cannot map %s: %s (libpmem2 error %d%s%s)", r->path,
+				r->kind == PMA_REGION_DEVDAX ? "a character device that is not device-dax" :
+				"not a regular file or device-dax", ret, ret < 0 && ret > -4096 ? ": " : "",
+				ret < 0 && ret > -4096 ? strerror(-ret) : "");
+	if (ret == -ENOMEM)
+		pma__err(-ENOMEM, "libpmem2 cannot map %s: out of memory", r->path);
 	pmem2_source_delete(&src);
 	pmem2_config_delete(&cfg);
 	return ret == -ENOMEM ? -ENOMEM : -ENOTSUP;

@@ -53,6 +53,7 @@ open_for_check(const char *path, struct problems *pr, struct pool_handle *h, int
 	*salvaged = 0;
 	if (pma_region_open(path, 0, PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT, &h->region))
 		return tool_fail("%s", pma_errormsg());
+	fault_watch(h->region);
 	*consistent = pma_pool_check(h->region, on_problem, pr) == 0;
 	if (*consistent && !pma_pool_open(h->region, &h->pool))
 		return 0;

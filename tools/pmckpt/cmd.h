@@ -29,6 +29,10 @@ struct pool_handle {
 
 /* writable: import; 0: read-only, as list, verify and export open it.  0 or 1 (message printed). */
 int pool_open(const char *path, int writable, struct pool_handle *h);
+
+/* fault.c: a SIGBUS reports the pool and offset and exits 1 (install once, watch each region). */
+void fault_install(void);
+void fault_watch(const struct pma_region *r);
 void pool_close(struct pool_handle *h);
 
 /* The names of a pool's stores: collect_store is a pma_pool_foreach callback (-ENOMEM). */

@@ -44,6 +44,7 @@ cmd_create(const struct opts *o)
 	}
 	if (ret)
 		return tool_fail("%s", pma_errormsg());
+	fault_watch(h.region);
 
 	/* `what` names what was there already: nothing, a pool, or what the refusal says. */
 	ret = pma_pool_open_or_create(h.region, 0, &h.pool, &created);

@@ -20,6 +20,9 @@
  * 0 on success, 1 on failure (with "pmckpt: <message>" on stderr), 2 on a
  * usage error.
  *
+ * A SIGBUS (a media error on PM, a pool file truncated under us) is reported
+ * with the pool and offset, exit status 1 (fault.c).
+ *
  * The commands live in pool.c, create.c, dir.c and check.c; this file parses the
  * options, checks which each form takes and dispatches.
  */
@@ -112,6 +115,7 @@ main(int argc, char **argv)
 	int c;
 
 	tool_init("pmckpt", usage_text);
+	fault_install();
 	if (argc < 2)
 		return tool_usage_error("no command given");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {

@@ -41,6 +41,8 @@ pool_open(const char *path, int writable, struct pool_handle *h)
 	memset(h, 0, sizeof(*h));
 	ret = pma_region_open(path, 0, writable ? 0 : PMA_REGION_RDONLY | PMA_REGION_NO_PREFAULT,
 			&h->region);
+	if (!ret)
+		fault_watch(h->region);
 	if (!ret && (ret = pma_pool_open(h->region, &h->pool)))
 		pma_region_close(&h->region);
 	if (ret) {
@@ -447,8 +449,10 @@ import_target(const struct opts *o, struct pool_handle *h, struct pmck_store **s
 	} else {
 		ret = pma_region_open(o->pool, 0, 0, &h->region);
 	}
-	if (!ret)
+	if (!ret) {
+		fault_watch(h->region);
 		ret = pma_pool_open_or_create(h->region, 0, &h->pool, &created_pool);
+	}
 	if (ret) {
 		ret = tool_fail("%s", pma_errormsg());
 		goto undo;

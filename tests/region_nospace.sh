@@ -1,0 +1,36 @@
+#!/bin/sh
+# region_nospace.sh -- a sparse region or pool file on a file system without room (a 256 MiB
+# file made by truncate on a 32 MiB tmpfs) is refused at open with ENOSPC, by pma_region_open
+# through the tools, exit status 1, never a death by SIGBUS; a fully allocated file on the
+# same full file system still opens, and a read-only open of the sparse one still works.
+B=${BUILD:-build}
+dir=$(mktemp -d /tmp/pmck-nospace-XXXXXX) || { echo "1..0 # SKIP no temporary directory"; exit 0; }
+mnt=$dir/mnt
+trap 'umount "$mnt" 2>/dev/null; rm -rf "$dir"' EXIT
+mkdir -p "$mnt"
+mount -t tmpfs -o size=32m tmpfs "$mnt" 2>/dev/null ||
+	{ echo "1..0 # SKIP cannot mount a tmpfs here (needs root)"; exit 0; }
+echo "1..5"
+n=0
+check() { # WHAT RC WANT OUTPUT: exit status RC and WANT in OUTPUT
+	n=$((n + 1))
+	case "$4" in
+	*"$3"*) [ "$2" = "$5" ] && { echo "ok $n - $1"; return; } ;;
+	esac
+	echo "not ok $n - $1 (exit $5, want $2: $(echo "$4" | head -2 | tr '\n' ' '))"
+}
+truncate -s 256M "$mnt/sparse"
+out=$("$B/pmckpt" create --pool "$mnt/sparse" --force 2>&1); rc=$?
+check "pmckpt create on the sparse file: ENOSPC at open, exit 1" 1 "No space left on device" "$out" $rc
+out=$("$B/pmckpt" import --pool "$mnt/sparse" --store s --file /nonexistent.safetensors 2>&1); rc=$?
+check "pmckpt import into it: ENOSPC, exit 1" 1 "No space left on device" "$out" $rc
+out=$("$B/pmbench" --region "$mnt/sparse" --sizes 64 --time-ms 1 --out "$dir/pm" 2>&1); rc=$?
+check "pmbench on it: ENOSPC with the reason, exit 1" 1 "mapping it would end in SIGBUS" "$out" $rc
+out=$("$B/pmckpt" list --pool "$mnt/sparse" 2>&1); rc=$?
+check "a read-only open of it reserves nothing: no pool there, exit 1, no signal" 1 "no pool header" "$out" $rc
+rm -f "$mnt/sparse"
+"$B/pmckpt" create -q --pool "$mnt/full" --size 30M >/dev/null 2>&1
+cat /dev/zero >"$mnt/filler" 2>/dev/null # fill the file system to the last block
+out=$("$B/pmckpt" create --pool "$mnt/full" --force 2>&1); rc=$?
+check "an allocated pool on the full file system opens for writing (create --force formats it)" \
+	0 "formatted" "$out" $rc
