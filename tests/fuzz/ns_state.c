@@ -69,7 +69,11 @@ fuzz_one(const uint8_t *data, size_t len)
 			fuzz_assert(pma_ns_state_nregions(again) == pma_ns_state_nregions(s) &&
 					pma_ns_state_nnamespaces(again) == pma_ns_state_nnamespaces(s) &&
 					pma_ns_state_ndax(again) == pma_ns_state_ndax(s),
-					"own listing reads back with other counts:\n%s", json);
+					"own listing reads back with other counts (regions %zu/%zu, "
+					"namespaces %zu/%zu, dax %zu/%zu):\n%s",
+					pma_ns_state_nregions(again), pma_ns_state_nregions(s),
+					pma_ns_state_nnamespaces(again), pma_ns_state_nnamespaces(s),
+					pma_ns_state_ndax(again), pma_ns_state_ndax(s), json);
 			pma_ns_state_free(&again);
 		}
 		free(json);
