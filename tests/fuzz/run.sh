@@ -66,6 +66,7 @@ for n in "$@"; do
 	fi
 	out=$FUZZ_DIR/out$suffix/$n
 	mkdir -p "$out"
+	clean_scratch "$n"
 	start=$(date +%s)
 	tries=0
 	while :; do
@@ -89,7 +90,6 @@ for n in "$@"; do
 		echo "fuzz: $n: afl-fuzz exit $rc, restarting afresh (old findings in $old)" >&2
 		mv "$out" "$old" && mkdir -p "$out"
 	done
-	clean_scratch "$n"
 	execs=0 crashes=0 hangs=0 paths=0
 	for st in "$out"/*/fuzzer_stats; do
 		[ -f "$st" ] || continue
@@ -105,4 +105,7 @@ for n in "$@"; do
 		echo "fuzz: $n: crashing inputs in $out/*/crashes/ (replay: build/tests/fuzz/$n FILE)" >&2
 	fi
 done
+# The last fuzzed processes may still be exiting when afl-fuzz returns.
+sleep 1
+for n in "$@"; do clean_scratch "$n"; done
 exit $status
