@@ -105,7 +105,14 @@ for n in "$@"; do
 		echo "fuzz: $n: crashing inputs in $out/*/crashes/ (replay: build/tests/fuzz/$n FILE)" >&2
 	fi
 done
-# The last fuzzed processes may still be exiting when afl-fuzz returns.
-sleep 1
-for n in "$@"; do clean_scratch "$n"; done
+# The last fuzzed processes may still be exiting when afl-fuzz returns: wait a few seconds.
+for try in 1 2 3 4 5; do
+	left=0
+	for n in "$@"; do
+		clean_scratch "$n"
+		for d in /dev/shm/pmck-fuzz-"$n"-*; do [ -d "$d" ] && left=1; done
+	done
+	[ $left = 0 ] && break
+	sleep 1
+done
 exit $status
