@@ -8,6 +8,7 @@
 #   make bench            throughput ratios against baselines measured in the same run
 #   make soak TRIALS=N    N kill-and-recover trials (soak-mpi, soak-dist: multi-rank)
 #   make crash-images N=  power-failure images of a persistence trace (build/trace, TRACE=1)
+#   make fuzz FUZZ_S=N    each AFL++ harness (tests/fuzz) N seconds (FUZZ_ONLY=name, FUZZ_ASAN=1)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make install SHARED=0 the same without the shared libraries (a prefix to link statically from)
 #   make install REBUILD=0  refuse to rebuild when the flags differ from $(BUILD)'s (tests)
@@ -72,7 +73,8 @@ include $(CONFIG)
 endif
 $(CONFIG): FORCE
 	@mkdir -p $(@D)
-	@tools/install-deps $(if $(filter $(TEST_GOALS),$(GOALS)),--test)
+	@tools/install-deps $(if $(filter $(TEST_GOALS),$(GOALS)),--test) \
+		$(if $(filter fuzz fuzz-build,$(GOALS)),--fuzz)
 	@{ echo "# written by the Makefile from pkg-config; do not edit"; \
 	   echo "CONFIG_LOADED := 1"; \
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(DEPS))"; \
@@ -128,6 +130,8 @@ PMBENCH_SRC := $(wildcard tools/pmbench/*.c)
 TOOLLIB     := $(BUILD)/libtoolutil.a
 # tests/crash_images.c needs the trace build: make check builds it there (trace-tests).
 TEST_SRC    := $(filter-out tests/crash_images.c,$(wildcard tests/*.c))
+# Fuzz harnesses (tests/fuzz/NAME.c): replay drivers here, AFL++ targets under make fuzz.
+FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 
 PMALLOC_OBJ := $(PMALLOC_SRC:%.c=$(BUILD)/%.o)
 PMALLOC_NS_OBJ := $(PMALLOC_NS_SRC:%.c=$(BUILD)/%.o)
@@ -150,10 +154,11 @@ TOOLS       := $(sort $(TOOL_SRC:tools/%.c=$(BUILD)/%) $(BUILD)/pmckpt $(BUILD)/
 PMCKPT_OBJ  := $(PMCKPT_SRC:%.c=$(BUILD)/%.o)
 PMBENCH_OBJ := $(PMBENCH_SRC:%.c=$(BUILD)/%.o)
 TESTS       := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+FUZZ_BINS   := $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/%)
 # Tools and tests link LINK_A; those that provision (pmctl, tests/pmctl_*) NS_A too.
 LINK_A      := $(BUILD)/libpmckpt.a $(BUILD)/libpmalloc.a $(BUILD)/libddio.a
 NS_A        := $(BUILD)/libpmalloc_ns.a
-NS_USERS    := $(BUILD)/pmctl $(filter $(BUILD)/tests/pmctl_%,$(TESTS))
+NS_USERS    := $(BUILD)/pmctl $(filter $(BUILD)/tests/pmctl_%,$(TESTS)) $(FUZZ_BINS)
 LIBS_A      := $(NS_A) $(LINK_A)
 LIBS_SO     := $(BUILD)/libpmalloc.so.$(SOVER) $(BUILD)/libpmalloc_ns.so.$(SOVER) \
                $(BUILD)/libpmckpt.so.$(SOVER) $(BUILD)/libddio.so.$(SOVER)
@@ -283,6 +288,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $< $(TOOLLIB) $(NS_LINK) $(LINK_A) $(LDLIBS) -lm
 $(NS_USERS): $(NS_A)
 $(NS_USERS): NS_LINK = $(NS_A)
+# The harnesses fix up media checksums with the formats' own headers (pool_format.h, internal.h).
+$(BUILD)/tests/fuzz/%.o: CFLAGS += -Itests/fuzz -Ipmalloc -Iruntime
 
 # The .pc files name the install directories (relative to ${prefix} where they
 # lie under it) and each library's private link line: Libs.private, which only
@@ -323,7 +330,7 @@ $(PCS):
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(PC_PRIVATE))|' \
 	    -e 's|@MPI_PC@|$(MPI_PC)|' -e 's|@MPI_PC_NOTE@|$(MPI_PC_NOTE)|' $< > $@
 
-tests: $(TESTS) $(TOOLS) $(MPI_TESTS)
+tests: $(TESTS) $(TOOLS) $(MPI_TESTS) $(FUZZ_BINS)
 
 # The power-failure checker (tests/crash_images.c) and its two fault builds,
 # which it must catch: drop-flush does not flush TRACE_DROP_SITE (default: the
@@ -396,6 +403,27 @@ soak-mpi: all tests
 # Multi-rank kill trials under torch.distributed (gloo, 3 processes; about 8 s each).
 soak-dist: all python-env
 	PMCK_DIST_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_dist.sh
+
+# Coverage-guided fuzzing (docs/fuzzing.md): the libraries and harnesses built
+# by afl-clang-fast into $(FUZZ_DIR)/build (FUZZ_ASAN=1: with ASan, $(FUZZ_DIR)/asan),
+# then each harness run FUZZ_S seconds, resuming its earlier findings.
+FUZZ_S    ?= 60
+FUZZ_DIR  ?= build-fuzz
+FUZZ_CC   ?= afl-clang-fast
+FUZZ_ONLY ?=
+FUZZ_JOBS ?= 1
+FUZZ_BUILD := $(FUZZ_DIR)/$(if $(filter 1,$(FUZZ_ASAN)),asan,build)
+fuzz-build:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 MPI=0 SANITIZE= TSAN= \
+		$(if $(filter 1,$(FUZZ_ASAN)),AFL_USE_ASAN=1) $(addprefix $(FUZZ_BUILD)/tests/fuzz/,$(FUZZ_NAMES))
+fuzz: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_DIR=$(FUZZ_DIR) FUZZ_S=$(FUZZ_S) FUZZ_JOBS=$(FUZZ_JOBS) \
+		FUZZ_ASAN=$(FUZZ_ASAN) tests/fuzz/run.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
+# Rewrites the seed corpora with the library's own writers (each harness's --seeds).
+fuzz-seeds: $(FUZZ_BINS)
+	for n in $(FUZZ_NAMES); do rm -rf tests/fuzz/$$n/seeds && mkdir -p tests/fuzz/$$n/seeds && \
+		$(BUILD)/tests/fuzz/$$n --seeds tests/fuzz/$$n/seeds || exit 1; done
+.PHONY: fuzz fuzz-build fuzz-seeds
 
 # The C demo needs the build packages alone: no Python environment, no MPI.
 demo: all

@@ -353,6 +353,9 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 	r.dev = get_str(jr, "dev");
 	if (!r.dev)
 		return pma_ns__err(-EINVAL, "%s: region %zu has no \"dev\"", in->where, idx);
+	/* Device names are unique on a node; the listing groups children by them. */
+	if (pma_ns__region(s, r.dev))
+		return pma_ns__err(-EINVAL, "%s: region %s is listed twice", in->where, r.dev);
 	snprintf(where, sizeof(where), "%s", r.dev);
 	const char *outer = in->where;
 	in->where = where;
@@ -379,6 +382,10 @@ read_region(struct in *in, struct pma_ns_state *s, json_object *jr, const char *
 		struct pma_ns_info n = {0};
 		if (!json_object_is_type(jn, json_type_object) || !(n.dev = get_str(jn, "dev"))) {
 			rc = pma_ns__err(-EINVAL, "%s: namespace %zu has no \"dev\"", where, i);
+			break;
+		}
+		if (pma_ns__namespace(s, n.dev)) {
+			rc = pma_ns__err(-EINVAL, "%s: namespace %s is listed twice", where, n.dev);
 			break;
 		}
 		n.region = r.dev;
@@ -436,6 +443,11 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 			snprintf(fallback, sizeof(fallback), "ndbus%zu", b);
 			bi.dev = fallback;
 		}
+		for (size_t k = 0; k < s->nbus; k++)
+			if (strcmp(s->bus[k].dev, bi.dev) == 0)
+				rc = pma_ns__err(-EINVAL, "bus %s is listed twice", bi.dev);
+		if (rc)
+			break;
 		rc = pma_ns__add_bus(s, &bi);
 		const char *bname = rc ? NULL : s->bus[s->nbus - 1].dev;
 		json_object *regs = get_array(jb, "regions");
@@ -451,6 +463,11 @@ pma_ns_state_from_json(const char *text, struct pma_ns_state **out)
 			rc = pma_ns__err(-EINVAL, "dax device %zu has no \"chardev\"", i);
 			break;
 		}
+		for (size_t k = 0; k < s->ndax; k++)
+			if (strcmp(s->dax[k].dev, d.dev) == 0)
+				rc = pma_ns__err(-EINVAL, "dax device %s is listed twice", d.dev);
+		if (rc)
+			break;
 		d.path = get_str(jd, "path");
 		if (!d.path) {
 			snprintf(path, sizeof(path), "/dev/%s", d.dev);

@@ -88,6 +88,8 @@ pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *mo
 			return ret;
 	} else if (errno != EEXIST) {
 		return pma__err(-errno, "mkdir %s: %s", qdir, strerror(errno));
+	} else if (stat(qdir, &st) || !S_ISDIR(st.st_mode)) {
+		return pma__err(-ENOTDIR, "quarantine %s: %s is not a directory", src, qdir);
 	}
 
 	gmtime_r(&now, &tm);
@@ -104,8 +106,11 @@ pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *mo
 			  : snprintf(dst, sizeof(dst), "%s/step-%012" PRIu64 "-%s", qdir, step, when);
 		if (n < 0 || (size_t)n >= sizeof(dst))
 			return pma__err(-ENAMETOOLONG, "path too long under %s", qdir);
-		if (lstat(dst, &st) && errno == ENOENT)
+		if (!lstat(dst, &st))
+			continue; /* taken: the next suffix */
+		if (errno == ENOENT)
 			break;
+		return pma__err(-errno, "quarantine %s: %s: %s", src, dst, strerror(errno));
 	}
 	if (rename(src, dst))
 		return pma__err(-errno, "move %s to %s: %s", src, dst, strerror(errno));

@@ -102,6 +102,69 @@ free_leftovers(struct pma_pool *p, const char *name)
 	}
 }
 
+/*
+ * The tensor map must be the one pmck_store_create writes for the layout it
+ * describes: valid names (unique), dtypes and shapes, each tensor's size and
+ * place as the layout's placement gives them, and the header's sizes and
+ * layout hash those of that layout.  The checksum alone does not promise it
+ * (a map damaged by a bug before it was checksummed, or a crafted one), and
+ * everything after open trusts these fields: exports name dtypes and shapes,
+ * commits write nbytes at offset.
+ */
+static int
+check_tmap(const char *name, const struct store_hdr *h, const struct tmap_entry *tmap)
+{
+	size_t n = h->ntensors;
+	struct pmck_tensor_desc *d = malloc(n * sizeof(*d) + 1);
+	uint64_t *nbytes = malloc(n * sizeof(*nbytes) + 1);
+	uint64_t *offset = malloc(n * sizeof(*offset) + 1);
+	uint64_t total = 0;
+	int ret = 0;
+
+	if (!d || !nbytes || !offset) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		d[i] = (struct pmck_tensor_desc){.name = tmap[i].name, .ndim = tmap[i].ndim,
+						 .layer = tmap[i].layer};
+		d[i].dtype = tmap[i].dtype < PMCK_DTYPE_COUNT ? (enum pmck_dtype)tmap[i].dtype
+							       : PMCK_DTYPE_COUNT;
+		memcpy(d[i].shape, tmap[i].shape, sizeof(d[i].shape));
+	}
+	if (pmck__layout_check(d, n, nbytes)) {
+		ret = pma__err_prefix(PMCK_E_CORRUPT, "store '%s': tensor map", name);
+		goto out;
+	}
+	uint64_t data_size = pmck__layout_place(d, nbytes, n, offset);
+	if (!data_size) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n && !ret; i++) {
+		total += nbytes[i];
+		if (tmap[i].nbytes != nbytes[i] || tmap[i].offset != offset[i])
+			ret = pma__err(PMCK_E_CORRUPT, "store '%s': tensor '%s' lies at %llu (%llu "
+					"bytes), where its layout places %llu (%llu bytes)", name,
+					tmap[i].name, (unsigned long long)tmap[i].offset,
+					(unsigned long long)tmap[i].nbytes, (unsigned long long)offset[i],
+					(unsigned long long)nbytes[i]);
+	}
+	if (!ret && (h->data_size != data_size || h->tensor_bytes != total))
+		ret = pma__err(PMCK_E_CORRUPT, "store '%s': header sizes (%llu data, %llu tensor "
+				"bytes) are not those of its tensor map (%llu, %llu)", name,
+				(unsigned long long)h->data_size, (unsigned long long)h->tensor_bytes,
+				(unsigned long long)data_size, (unsigned long long)total);
+	if (!ret && h->layout_hash != pmck__layout_hash(d, n))
+		ret = pma__err(PMCK_E_CORRUPT, "store '%s': layout hash does not match its tensor map",
+				name);
+out:
+	free(d);
+	free(nbytes);
+	free(offset);
+	return ret;
+}
+
 /* Checks that meta holds a complete store header; 0, -ENOENT (unfinished) or an error. */
 static int
 check_meta(const char *name, const char *meta, size_t meta_size, uint64_t data_size[2])
@@ -137,7 +200,7 @@ check_meta(const char *name, const char *meta, size_t meta_size, uint64_t data_s
 		    !memchr(tmap[i].name, 0, sizeof(tmap[i].name)))
 			return pma__err(PMCK_E_CORRUPT, "store '%s': tensor %llu lies outside the data "
 					"region", name, (unsigned long long)i);
-	return 0;
+	return check_tmap(name, h, tmap);
 }
 
 int
