@@ -11,13 +11,4 @@ ddio_errormsg(void)
 	return last_error;
 }
 
-int
-ddio__err(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	errmsg_vset(last_error, code, fmt, ap);
-	va_end(ap);
-	return code;
-}
+ERRMSG_DEFINE_WRITERS(ddio__err, ddio__err_prefix, last_error)

@@ -39,8 +39,13 @@ struct ddio_port {
 	char config[PATH_MAX + 64];
 };
 
-/* errmsg.c: records a message for ddio_errormsg() and returns code. */
+/*
+ * errmsg.c (ERRMSG_DEFINE_WRITERS, common/errmsg.h): ddio__err records a
+ * message for ddio_errormsg() and returns code; ddio__err_prefix prepends
+ * "<formatted>: " to the current message.
+ */
 int ddio__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ddio__err_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* models.c: the table entry for vendor:device, or NULL. */
 const struct ddio_model *ddio__model_find(uint16_t vendor, uint16_t device);

@@ -26,6 +26,7 @@
 
 #include "ddio.h"
 #include "lib/ddio_sim.h"
+#include "lib/json.h"
 
 #define DEFAULT_STATE "/var/lib/pmckpt/ddio.state"
 
@@ -94,14 +95,6 @@ usage_fail(const char *msg)
 	return 2;
 }
 
-static json_object *
-hex(uint32_t v, int width)
-{
-	char b[16];
-	snprintf(b, sizeof(b), "0x%0*x", width, v);
-	return json_object_new_string(b);
-}
-
 static void
 print_json(json_object *o)
 {
@@ -134,8 +127,8 @@ port_json(struct ddio_port *p)
 
 	json_object_object_add(j, "dev", json_object_new_string(ddio_port_device_bdf(p)));
 	json_object_object_add(j, "root_port", json_object_new_string(ddio_port_bdf(p)));
-	json_object_object_add(j, "vendor_id", hex(ddio_port_vendor(p), 4));
-	json_object_object_add(j, "device_id", hex(ddio_port_device(p), 4));
+	json_object_object_add(j, "vendor_id", tool_json_hex(ddio_port_vendor(p), 4));
+	json_object_object_add(j, "device_id", tool_json_hex(ddio_port_device(p), 4));
 	if (ddio_port_name(p))
 		json_object_object_add(j, "name", json_object_new_string(ddio_port_name(p)));
 	if (ddio_port_generation(p))
@@ -147,7 +140,7 @@ port_json(struct ddio_port *p)
 		json_object_object_add(j, "error", json_object_new_string(ddio_errormsg()));
 		return j;
 	}
-	json_object_object_add(j, "perfctrlsts_0", hex(v, 8));
+	json_object_object_add(j, "perfctrlsts_0", tool_json_hex(v, 8));
 	json_object_object_add(j, "use_allocating_flow_wr",
 			json_object_new_int(!!(v & DDIO_USE_ALLOCATING_FLOW_WR)));
 	json_object_object_add(j, "nosnoopopwren", json_object_new_int(!!(v & DDIO_NOSNOOPOPWREN)));
@@ -255,7 +248,7 @@ llc_ways_json(struct ddio_ctx *ctx, json_object *top)
 		char b[24];
 		json_object_object_add(e, "package", json_object_new_int(w[i].package));
 		json_object_object_add(e, "cpu", json_object_new_int(w[i].cpu));
-		json_object_object_add(e, "msr", hex(DDIO_MSR_IIO_LLC_WAYS, 3));
+		json_object_object_add(e, "msr", tool_json_hex(DDIO_MSR_IIO_LLC_WAYS, 3));
 		if (w[i].err) {
 			json_object_object_add(e, "error", json_object_new_string(msr_reason(w[i].err)));
 		} else {
@@ -346,9 +339,9 @@ change_json(const char *action, struct ddio_port *p, const struct ddio_change *c
 	json_object_object_add(j, "dev", json_object_new_string(ddio_port_device_bdf(p)));
 	json_object_object_add(j, "root_port", json_object_new_string(c->port));
 	json_object_object_add(j, "action", json_object_new_string(action));
-	json_object_object_add(j, "offset", hex(c->offset, 3));
-	json_object_object_add(j, "before", hex(c->before, 8));
-	json_object_object_add(j, "after", hex(c->after, 8));
+	json_object_object_add(j, "offset", tool_json_hex(c->offset, 3));
+	json_object_object_add(j, "before", tool_json_hex(c->before, 8));
+	json_object_object_add(j, "after", tool_json_hex(c->after, 8));
 	json_object_object_add(j, "ddio_before", json_object_new_string(ddio_state_name(ddio_state_of(c->before))));
 	json_object_object_add(j, "ddio_after", json_object_new_string(ddio_state_name(ddio_state_of(c->after))));
 	json_object_object_add(j, "dry_run", json_object_new_boolean(o->dry_run));

@@ -30,6 +30,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "pmalloc.h"
 #include "lib/toolutil.h"
 
 static double
@@ -113,11 +114,11 @@ main(int argc, char **argv)
 		switch (c) {
 		case 'f': snprintf(path, sizeof(path), "%s", optarg); break;
 		case 's':
-			if (tool_parse_size(optarg, &size) || size < (4u << 20))
+			if (pma_size_parse(optarg, &size) || size < (4u << 20))
 				return tool_usage_error("--size '%s': expected a size of at least 4M", optarg);
 			break;
 		case 'b':
-			if (tool_parse_size(optarg, &block) || block < 64 || block % 64 || block > (64u << 20))
+			if (pma_size_parse(optarg, &block) || block < 64 || block % 64 || block > (64u << 20))
 				return tool_usage_error("--block '%s': expected a multiple of 64 from 64 to 64M",
 						optarg);
 			break;

@@ -141,6 +141,22 @@ fuzz_seed(const char *dir, const char *name, const void *data, size_t len)
 	fuzz_write_file(path, data, len);
 }
 
+/*
+ * Writes seed dir/name as the pool and store harnesses read it: the flag
+ * byte, then len bytes of data.
+ */
+static __attribute__((unused)) void
+fuzz_seed_flagged(const char *dir, const char *name, unsigned flags, const void *data, size_t len)
+{
+	uint8_t *buf = malloc(len + 1);
+	if (!buf)
+		abort();
+	buf[0] = (uint8_t)flags;
+	memcpy(buf + 1, data, len);
+	fuzz_seed(dir, name, buf, len + 1);
+	free(buf);
+}
+
 /* Writes seed dir/name from a string (its NUL left out). */
 static __attribute__((unused)) void
 fuzz_seed_text(const char *dir, const char *name, const char *text)

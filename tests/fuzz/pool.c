@@ -151,14 +151,8 @@ fuzz_one(const uint8_t *data, size_t len)
 static void
 seed_region(const char *dir, const char *name, unsigned flags, unsigned entries)
 {
-	size_t n = POOL_HDR_AREA + (size_t)entries * sizeof(struct table_entry);
-	uint8_t *buf = malloc(n + 1);
-	if (!buf)
-		abort();
-	buf[0] = (uint8_t)flags;
-	memcpy(buf + 1, base, n);
-	fuzz_seed(dir, name, buf, n + 1);
-	free(buf);
+	fuzz_seed_flagged(dir, name, flags, base,
+			POOL_HDR_AREA + (size_t)entries * sizeof(struct table_entry));
 }
 
 static void

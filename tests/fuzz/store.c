@@ -185,13 +185,7 @@ fuzz_one(const uint8_t *data, size_t len)
 static void
 seed_meta(const char *dir, const char *name, unsigned flags)
 {
-	uint8_t *buf = malloc(meta_size + 1);
-	if (!buf)
-		abort();
-	buf[0] = (uint8_t)flags;
-	memcpy(buf + 1, meta, meta_size);
-	fuzz_seed(dir, name, buf, meta_size + 1);
-	free(buf);
+	fuzz_seed_flagged(dir, name, flags, meta, meta_size);
 }
 
 static void

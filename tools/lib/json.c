@@ -18,3 +18,12 @@ tool_json_u64(uint64_t v)
 	/* json-c keeps uint64 exactly; every value pmckpt prints fits in int64 anyway */
 	return json_object_new_uint64(v);
 }
+
+json_object *
+tool_json_hex(uint32_t v, int width)
+{
+	char b[16];
+
+	snprintf(b, sizeof(b), "0x%0*x", width, v);
+	return json_object_new_string(b);
+}

@@ -12,4 +12,7 @@ void tool_json_print(json_object *o);
 /* A uint64 value: json-c keeps it exactly. */
 json_object *tool_json_u64(uint64_t v);
 
+/* v as a hexadecimal string of at least width digits, "0x" first ("0x8086"). */
+json_object *tool_json_hex(uint32_t v, int width);
+
 #endif

@@ -120,12 +120,6 @@ tool_median(double *v, size_t n)
 }
 
 int
-tool_parse_size(const char *s, uint64_t *out)
-{
-	return pma_size_parse(s, out) ? -1 : 0;
-}
-
-int
 tool_parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
 {
 	char *end;

@@ -34,13 +34,6 @@ double tool_now(void);
 /* Median of v[0..n-1] (sorts v; the mean of the middle two when n is even); 0 when n is 0. */
 double tool_median(double *v, size_t n);
 
-/*
- * pma_size_parse (include/pmalloc.h: "512M", "1.5GiB", "4096"; the rules
- * are documented there) with a tool's 0 or -1.  New code calls
- * pma_size_parse; this name stays while pmbench.c calls it.
- */
-int tool_parse_size(const char *s, uint64_t *out);
-
 /* A decimal integer in [lo, hi]; 0 or -1. */
 int tool_parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out);
 

@@ -13,30 +13,14 @@
  */
 #include <signal.h>
 #include <stdint.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "pmalloc.h"
 #include "pmbench.h"
+#include "lib/sigbus.h"
 
 static _Thread_local sigjmp_buf *armed;
 static _Thread_local uintptr_t fault_addr;
-
-/* Decimal v into b; the length. */
-static size_t
-utoa(char *b, uint64_t v)
-{
-	char d[24];
-	size_t n = 0, k = 0;
-
-	do {
-		d[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		b[k++] = d[--n];
-	return k;
-}
 
 /*
  * A fault in a thread with nothing armed (a library thread of the GPU
@@ -50,17 +34,13 @@ report_unarmed(uintptr_t a)
 		post[] = ": a page the file system could not back, a truncated file, or a media error\n";
 	uintptr_t base = region ? (uintptr_t)pma_region_addr(region) : 0;
 	char b[256];
-	size_t n = 0;
+	size_t n = tool_sigsafe_put(b, 0, sizeof(b), pre);
 
-	memcpy(b, pre, sizeof(pre) - 1);
-	n += sizeof(pre) - 1;
 	if (region && a >= base && a - base < pma_region_size(region)) {
-		memcpy(b + n, in, sizeof(in) - 1);
-		n += sizeof(in) - 1;
-		n += utoa(b + n, a - base);
+		n = tool_sigsafe_put(b, n, sizeof(b), in);
+		n = tool_sigsafe_num(b, n, sizeof(b), a - base, 0);
 	} else {
-		memcpy(b + n, out, sizeof(out) - 1);
-		n += sizeof(out) - 1;
+		n = tool_sigsafe_put(b, n, sizeof(b), out);
 	}
 	if (write(STDERR_FILENO, b, n) < 0 || write(STDERR_FILENO, post, sizeof(post) - 1) < 0)
 		_exit(1);
@@ -83,13 +63,7 @@ on_sigbus(int sig, siginfo_t *si, void *uc)
 void
 pmb_fault_install(void)
 {
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_sigbus;
-	sa.sa_flags = SA_SIGINFO;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, NULL);
+	tool_sigbus_install(on_sigbus);
 }
 
 void

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "pmbench.h"
+#include "pmalloc.h"
 #include "lib/toolutil.h"
 
 struct pmb_opts opt;
@@ -38,7 +39,7 @@ parse_list(const char *what, const char *s, struct pmb_list *l, int sizes, uint6
 			dief(what, "'%s' has an empty entry; expected a comma-separated list of %s", s, range);
 		if (l->n == MAXV)
 			dief(what, "more than %d values", MAXV);
-		if (sizes ? tool_parse_size(tok, &v) : (*tok == '-' || *tok == '+' ||
+		if (sizes ? pma_size_parse(tok, &v) : (*tok == '-' || *tok == '+' ||
 				tool_parse_uint(tok, 0, ~0ul, &u) || ((v = u), 0)))
 			dief(what, "'%s' is not a number; expected %s", tok, range);
 		if (v < lo || v > hi)
@@ -211,7 +212,7 @@ pmb_parse_args(int argc, char **argv)
 		switch (c) {
 		case 'r': opt.region = optarg; break;
 		case 'S':
-			if (tool_parse_size(optarg, &v) || v < (2u << 20) || v > ((uint64_t)16 << 40))
+			if (pma_size_parse(optarg, &v) || v < (2u << 20) || v > ((uint64_t)16 << 40))
 				dief("--size", "'%s': expected a size from 2 MiB to 16 TiB (suffix K, M, G, T)",
 						optarg);
 			opt.region_size = (size_t)v;

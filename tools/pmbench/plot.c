@@ -110,6 +110,16 @@ in_panel(const struct panel *p, size_t i)
 	return 1;
 }
 
+/* The value that names row i's line in the panel: its series, or its value of `by`. */
+static void
+line_label(const struct panel *p, size_t i, char *v, size_t len)
+{
+	if (p->all)
+		snprintf(v, len, "%.31s", rows[i].series);
+	else
+		dimval(&rows[i], p->by, v, len);
+}
+
 static void
 draw_panel(FILE *f, const struct panel *p, int y0, int reference)
 {
@@ -123,10 +133,7 @@ draw_panel(FILE *f, const struct panel *p, int y0, int reference)
 		int k;
 		if (!in_panel(p, i))
 			continue;
-		if (p->all)
-			snprintf(v, sizeof(v), "%.31s", rows[i].series);
-		else
-			dimval(&rows[i], p->by, v, sizeof(v));
+		line_label(p, i, v, sizeof(v));
 		for (k = 0; k < nv && strcmp(vals[k], v); k++)
 			;
 		if (k == nv && nv < 16)
@@ -219,10 +226,7 @@ draw_panel(FILE *f, const struct panel *p, int y0, int reference)
 			char v[32];
 			if (!in_panel(p, i))
 				continue;
-			if (p->all)
-				snprintf(v, sizeof(v), "%.31s", rows[i].series);
-			else
-				dimval(&rows[i], p->by, v, sizeof(v));
+			line_label(p, i, v, sizeof(v));
 			if (strcmp(v, vals[k]))
 				continue;
 			double x = X(rows[i].size);

@@ -12,39 +12,14 @@
  */
 #include <signal.h>
 #include <stdint.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "cmd.h"
+#include "lib/sigbus.h"
 
 static const char *volatile watched_path;
 static volatile uintptr_t watched_base;
 static volatile size_t watched_size;
-
-static size_t
-put(char *b, size_t at, size_t len, const char *s)
-{
-	while (*s && at + 1 < len)
-		b[at++] = *s++;
-	return at;
-}
-
-static size_t
-put_num(char *b, size_t at, size_t len, uint64_t v, int hex)
-{
-	char d[24];
-	int n = 0;
-
-	do {
-		d[n++] = "0123456789abcdef"[v % (hex ? 16 : 10)];
-		v /= hex ? 16 : 10;
-	} while (v);
-	if (hex)
-		at = put(b, at, len, "0x");
-	while (n && at + 1 < len)
-		b[at++] = d[--n];
-	return at;
-}
 
 static void
 on_sigbus(int sig, siginfo_t *si, void *uc)
@@ -55,20 +30,20 @@ on_sigbus(int sig, siginfo_t *si, void *uc)
 
 	(void)sig;
 	(void)uc;
-	n = put(b, n, sizeof(b), "pmckpt: SIGBUS ");
+	n = tool_sigsafe_put(b, n, sizeof(b), "pmckpt: SIGBUS ");
 	if (watched_path && a >= base && a - base < watched_size) {
-		n = put(b, n, sizeof(b), "reading ");
-		n = put(b, n, sizeof(b), watched_path);
-		n = put(b, n, sizeof(b), " at offset ");
-		n = put_num(b, n, sizeof(b), a - base, 0);
-		n = put(b, n, sizeof(b), " (");
-		n = put_num(b, n, sizeof(b), a - base, 1);
-		n = put(b, n, sizeof(b), "): a media error on PM, or the file was truncated under "
+		n = tool_sigsafe_put(b, n, sizeof(b), "reading ");
+		n = tool_sigsafe_put(b, n, sizeof(b), watched_path);
+		n = tool_sigsafe_put(b, n, sizeof(b), " at offset ");
+		n = tool_sigsafe_num(b, n, sizeof(b), a - base, 0);
+		n = tool_sigsafe_put(b, n, sizeof(b), " (");
+		n = tool_sigsafe_num(b, n, sizeof(b), a - base, 1);
+		n = tool_sigsafe_put(b, n, sizeof(b), "): a media error on PM, or the file was truncated under "
 				"pmckpt or its file system could not back the page\n");
 	} else {
-		n = put(b, n, sizeof(b), "at address ");
-		n = put_num(b, n, sizeof(b), a, 1);
-		n = put(b, n, sizeof(b), ", outside the pool's mapping\n");
+		n = tool_sigsafe_put(b, n, sizeof(b), "at address ");
+		n = tool_sigsafe_num(b, n, sizeof(b), a, 1);
+		n = tool_sigsafe_put(b, n, sizeof(b), ", outside the pool's mapping\n");
 	}
 	if (write(STDERR_FILENO, b, n) < 0)
 		_exit(1);
@@ -78,13 +53,7 @@ on_sigbus(int sig, siginfo_t *si, void *uc)
 void
 fault_install(void)
 {
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_sigbus;
-	sa.sa_flags = SA_SIGINFO;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, NULL);
+	tool_sigbus_install(on_sigbus);
 }
 
 void
