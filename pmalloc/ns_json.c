@@ -53,7 +53,7 @@ put_size(struct out *o, json_object *obj, const char *key, uint64_t v)
 	if (o->flags & PMA_NS_JSON_HUMAN)
 		put(o, obj, key, json_object_new_string(pma_size_format(v, buf, sizeof(buf))));
 	else
-		put(o, obj, key, json_object_new_int64((int64_t)v));
+		put(o, obj, key, json_object_new_uint64(v)); /* exact: a u64 read back is the same u64 */
 }
 
 static void
@@ -278,7 +278,8 @@ get_u64(struct in *in, json_object *o, const char *key, uint64_t dflt)
 		if (pma_size_parse(json_object_get_string(v), &x) == 0)
 			return x;
 	} else if (json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= 0) {
-		return (uint64_t)json_object_get_int64(v);
+		/* get_int64 saturates above INT64_MAX (still >= 0); get_uint64 has the value. */
+		return json_object_get_uint64(v);
 	}
 	if (!in->err)
 		in->err = pma_ns__err(-EINVAL, "%s: field \"%s\" is not a size", in->where, key);
