@@ -9,6 +9,7 @@
 #   make soak TRIALS=N    N kill-and-recover trials (soak-mpi, soak-dist: multi-rank)
 #   make crash-images N=  power-failure images of a persistence trace (build/trace, TRACE=1)
 #   make fuzz FUZZ_S=N    each AFL++ harness (tests/fuzz) N seconds (FUZZ_ONLY=name, FUZZ_ASAN=1)
+#   make fuzz-replay      the inputs make fuzz kept, replayed under ASan+UBSan
 #   make install PREFIX=/usr/local DESTDIR=
 #   make install SHARED=0 the same without the shared libraries (a prefix to link statically from)
 #   make install REBUILD=0  refuse to rebuild when the flags differ from $(BUILD)'s (tests)
@@ -419,11 +420,17 @@ fuzz-build:
 fuzz: fuzz-build
 	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_DIR=$(FUZZ_DIR) FUZZ_S=$(FUZZ_S) FUZZ_JOBS=$(FUZZ_JOBS) \
 		FUZZ_ASAN=$(FUZZ_ASAN) tests/fuzz/run.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
+# Replays every input the campaigns kept ($(FUZZ_DIR)/out/NAME/*/queue, crashes,
+# hangs) through the replay drivers built with ASan and UBSan (build/asan): the
+# memory errors and undefined behaviour afl-clang-fast's build does not stop on.
+fuzz-replay:
+	$(MAKE) SANITIZE=1 BUILD=build/asan $(addprefix build/asan/tests/fuzz/,$(FUZZ_NAMES))
+	FUZZ_DIR=$(FUZZ_DIR) tests/fuzz/replay-found.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
 # Rewrites the seed corpora with the library's own writers (each harness's --seeds).
 fuzz-seeds: $(FUZZ_BINS)
 	for n in $(FUZZ_NAMES); do rm -rf tests/fuzz/$$n/seeds && mkdir -p tests/fuzz/$$n/seeds && \
 		$(BUILD)/tests/fuzz/$$n --seeds tests/fuzz/$$n/seeds || exit 1; done
-.PHONY: fuzz fuzz-build fuzz-seeds
+.PHONY: fuzz fuzz-build fuzz-replay fuzz-seeds
 
 # The C demo needs the build packages alone: no Python environment, no MPI.
 demo: all
