@@ -6,7 +6,6 @@
  * recover bit-exact.  Plus the CLI: pmckpt check and pmckpt repair.
  */
 #include <errno.h>
-#include <json-c/json.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <json-c/json.h>
 #include <xxhash.h>
 
 #include "pmckpt.h"

@@ -79,16 +79,10 @@ fix_checksums(unsigned flags)
 {
 	struct pool_hdr *h = (struct pool_hdr *)base;
 	if (flags & FIX_ENTRIES) {
-		/* The table where the header says (if entries can lie there:
-		 * in the region, aligned), or the default one. */
-		uint64_t off = h->table_off, n = h->table_entries;
-		if (off < POOL_HDR_AREA || off > REGION_SIZE ||
-		    off % _Alignof(struct table_entry) != 0 ||
-		    n > (REGION_SIZE - off) / sizeof(struct table_entry)) {
-			off = POOL_HDR_AREA;
-			n = (REGION_SIZE - POOL_HDR_AREA) / sizeof(struct table_entry);
-		}
-		struct table_entry *t = (struct table_entry *)(base + off);
+		/* The library reads the table only at POOL_HDR_AREA (it refuses
+		 * any other table_off): the live entries there, as many as fit. */
+		uint64_t n = (REGION_SIZE - POOL_HDR_AREA) / sizeof(struct table_entry);
+		struct table_entry *t = (struct table_entry *)(base + POOL_HDR_AREA);
 		for (uint64_t i = 0; i < n; i++)
 			if ((uint32_t)t[i].state == ENTRY_LIVE)
 				t[i].state = pool_entry_state(&t[i]);

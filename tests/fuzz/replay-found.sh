@@ -24,21 +24,17 @@ for n in "$@"; do
 		status=2
 		continue
 	fi
-	dirs=
-	for d in "$FUZZ_DIR"/out/"$n"/*/queue "$FUZZ_DIR"/out/"$n"/*/crashes "$FUZZ_DIR"/out/"$n"/*/hangs \
-		"$FUZZ_DIR"/out-asan/"$n"/*/queue "$FUZZ_DIR"/out-asan/"$n"/*/crashes \
-		"$FUZZ_DIR"/out-asan/"$n"/*/hangs; do
-		[ -d "$d" ] && dirs="$dirs $d"
-	done
-	if [ -z "$dirs" ]; then
+	files=$(find "$FUZZ_DIR/out/$n" "$FUZZ_DIR/out-asan/$n" -mindepth 3 -maxdepth 3 -type f \
+		\( -path '*/queue/*' -o -path '*/crashes/*' -o -path '*/hangs/*' \) \
+		! -name README.txt ! -name '.*' 2>/dev/null | sort)
+	if [ -z "$files" ]; then
 		echo "fuzz-replay: $n: nothing kept under $FUZZ_DIR/out/$n (run make fuzz first)" >&2
 		status=2
 		continue
 	fi
 	inputs=0 failed=0
 	# One input per run, so that a failure names its input and the rest go on.
-	# shellcheck disable=SC2086
-	for f in $(find $dirs -maxdepth 1 -type f ! -name 'README.txt' ! -name '.*' | sort); do
+	for f in $files; do
 		inputs=$((inputs + 1))
 		if ! out=$(timeout 60 "$bin" "$f" 2>&1); then
 			failed=$((failed + 1))
