@@ -42,6 +42,7 @@ extern "C" {
 #define PMA_E_CORRUPT    (-100003) /* checksum or consistency check failed */
 #define PMA_E_TRUNCATED  (-100004) /* region smaller than the pool it holds */
 #define PMA_E_BUSY       (-100005) /* region locked by another open (see pma_region_open) */
+#define PMA_E_UNSAFE     (-100006) /* a file or directory another user could read or change */
 
 /*
  * pma_errormsg -- describes the last failure of a pma_ or pmck_ call made
@@ -71,6 +72,7 @@ enum pma_region_kind {
 #define PMA_REGION_CREATE      (1u << 0) /* create the file if missing */
 #define PMA_REGION_NO_PREFAULT (1u << 1) /* skip populating page tables */
 #define PMA_REGION_RDONLY      (1u << 2) /* open O_RDONLY, map read-only, shared lock */
+#define PMA_REGION_NOFOLLOW    (1u << 3) /* refuse a symbolic link as the last component */
 
 /*
  * pma_region_open -- maps path read-write with libpmem2, or read-only
@@ -104,6 +106,17 @@ enum pma_region_kind {
  * have closed the region or exited; such a child uses the parent's region
  * and cannot open the path anew while the parent holds it.
  *
+ * Ownership: a regular file opened for writing must be the caller's own,
+ * owned by the effective user and with one link; another user's file (one
+ * planted under a store's name in a shared directory, say) is refused with
+ * PMA_E_UNSAFE, and the message names its owner, before anything is
+ * locked, sized or written.  Devices keep their own ownership: a devdax
+ * device granted to a user (its group, a udev rule) opens as before.
+ * PMA_REGION_NOFOLLOW: a symbolic link as the last component of path is
+ * refused with PMA_E_UNSAFE (O_NOFOLLOW) instead of being followed; links
+ * in the components before it are followed.  A new file is always created
+ * with O_EXCL, so creating never follows a link, dangling or not.
+ *
  * PMA_REGION_RDONLY: the file is opened O_RDONLY (so a file the caller may
  * read but not write can be opened) and mapped PROT_READ: a store into the
  * mapping faults.  Pools and stores on such a region refuse every change
@@ -114,7 +127,9 @@ enum pma_region_kind {
  * pma_region_close().
  *
  * Errors: -EINVAL (bad arguments, CREATE with RDONLY), -ENOENT (no file and
- * no CREATE), PMA_E_BUSY (locked by another open), -ENOSPC (existing
+ * no CREATE), PMA_E_BUSY (locked by another open), PMA_E_UNSAFE (another
+ * user's file opened for writing, a file with other hard links, a link
+ * refused by PMA_REGION_NOFOLLOW), -ENOSPC (existing
  * region smaller than size, or a file whose blocks the file system cannot
  * reserve), other -errno from open (-EACCES: not
  * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate,

@@ -466,7 +466,8 @@ enum pmck_backend {
 
 struct pmck_local_opts {
 	const char *pm_path;      /* devdax device or file on fsdax; NULL: no PM, use the ramdisk */
-	const char *ramdisk_dir;  /* directory for the fallback file (created if missing); NULL: /dev/shm */
+	const char *ramdisk_dir;  /* directory for the fallback file (made 0700 if missing); NULL: the
+	                             caller's own, /dev/shm/pmckpt-<uid> (pmck_local_default_dir) */
 	const char *store_name;   /* NULL: "default" */
 	const struct pmck_tensor_desc *descs; /* the layout (required but with PMCK_LOCAL_EXISTING) */
 	size_t ndescs;
@@ -483,6 +484,8 @@ struct pmck_local_opts {
 /* Flags of struct pmck_local_opts. */
 #define PMCK_LOCAL_RDONLY (1u << 0) /* open the existing store read-only (PMA_REGION_RDONLY) */
 #define PMCK_LOCAL_EXISTING (1u << 1) /* open the existing store for writing; create nothing */
+/* ramdisk_dir is shared on purpose (by a group): its owner and mode are not checked */
+#define PMCK_LOCAL_SHARED_DIR (1u << 2)
 
 /* A region, its pool and one store, opened together. */
 struct pmck_local {
@@ -506,7 +509,22 @@ struct pmck_local {
  * opts->pm_size bytes.  The pool is opened with pma_pool_open_or_create:
  * formatted only when the region is blank (out->created says so), never
  * over other data or a damaged pool.  Directories (ramdisk_dir) are made
- * with their parents.  On failure nothing this call created is left.  The
+ * with their parents, 0700.  On failure nothing this call created is left.
+ *
+ * Privacy of the ramdisk tier: a node's ramdisk is shared by its users, and
+ * whoever can write a pool file can change a checkpoint without the
+ * checksums telling (XXH3 is not keyed).  So the directory, the default one
+ * or ramdisk_dir, is checked as pmck_dir_check does (it must be the
+ * caller's, not a symbolic link, and not writable by group or others:
+ * PMA_E_UNSAFE otherwise, naming its owner and mode), for opening what
+ * exists too; PMCK_LOCAL_SHARED_DIR skips that for a ramdisk_dir shared on
+ * purpose (never for the default).  The pool file is created 0600 with
+ * O_EXCL, never opened through a symbolic link, and an existing one owned
+ * by another user (or with other hard links) is refused, not formatted or
+ * written (PMA_E_UNSAFE).  A pm_path file must be the caller's too when it
+ * is opened for writing; a device keeps its own ownership.  The
+ * directory's parents are trusted: /dev/shm is sticky, so no other user can
+ * rename or replace /dev/shm/pmckpt-<uid>.  The
  * region is locked for writing (pma_region_open): a second process
  * opening the same store fails with PMA_E_BUSY.
  * With PMCK_LOCAL_RDONLY nothing is created or written: the file, pool and
@@ -520,7 +538,7 @@ struct pmck_local {
  * layout (else it must be this layout: PMCK_E_LAYOUT).  The region is not
  * prefaulted (pma_region_prefault before writing, if page faults matter).
  * Other flags: -EINVAL.
- * Errors: those of pma_region_open (PMA_E_BUSY), pma_pool_open_or_create
+ * Errors: PMA_E_UNSAFE (see above); those of pma_region_open (PMA_E_BUSY), pma_pool_open_or_create
  * (PMA_E_NOT_POOL for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
  * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout); -ENOENT
  * for a missing device directly in /dev.
@@ -533,6 +551,32 @@ int pmck_local_open(const struct pmck_local_opts *opts, struct pmck_local *out);
  * size pmck_local_open gives a new file.  Errors: those of the layout check.
  */
 int pmck_local_pool_size(const struct pmck_tensor_desc *descs, size_t n, uint64_t *size);
+
+/*
+ * pmck_local_default_dir -- writes the ramdisk directory used when
+ * ramdisk_dir is NULL into buf: "/dev/shm/pmckpt-<uid>" for the effective
+ * uid, one per user.  Errors: -ENAMETOOLONG (len too short).
+ */
+int pmck_local_default_dir(char *buf, size_t len);
+
+/* Flags of pmck_dir_check. */
+#define PMCK_DIR_CREATE (1u << 0) /* make dir (and missing parents) if it does not exist */
+#define PMCK_DIR_GROUP  (1u << 1) /* with PMCK_DIR_CREATE: make it 0750 instead of 0700 */
+
+/*
+ * pmck_dir_check -- 0 if dir is a place for checkpoints that no other
+ * user can change: a directory (not a symbolic link to one) owned by the
+ * effective user and not writable by its group or others.  The directory
+ * is opened without following a link and examined through that
+ * descriptor.  With PMCK_DIR_CREATE a missing dir is made, 0700 (0750 with
+ * PMCK_DIR_GROUP; modes before the umask), with its missing parents.
+ * pmck_local_open and pmck_copyout_new check their directories this way;
+ * a caller that reads a copy-out directory without a copier
+ * (pmck_recover_tiers, pmck_global_recover) may check it first.  Errors:
+ * PMA_E_UNSAFE (the message names the path, its owner and mode, and what
+ * to do), -ENOENT (missing, without PMCK_DIR_CREATE), -EINVAL, -errno.
+ */
+int pmck_dir_check(const char *dir, unsigned flags);
 
 /* pmck_local_close -- closes store, pool and region of *l. */
 void pmck_local_close(struct pmck_local *l);
@@ -600,7 +644,20 @@ struct pmck_copyout_opts {
 	 */
 	void (*on_done)(void *arg, uint64_t step, int result);
 	void *on_done_arg;
+	unsigned flags;      /* PMCK_COPYOUT_* (new, last: rebuild callers that pass the struct) */
 };
+
+/*
+ * Flags of struct pmck_copyout_opts.  Without them, the copier makes dir
+ * (if missing) and every step directory 0700, its files 0600 (modes before
+ * the umask), and refuses a dir that is a symbolic link, is owned by
+ * another user, or can be written by its group or others (PMA_E_UNSAFE):
+ * whoever can write there can replace a checkpoint, and its checksums
+ * (XXH3, not keyed) would not tell.  Files are created with O_EXCL, never
+ * through a link.
+ */
+#define PMCK_COPYOUT_SHARED_DIR (1u << 0) /* dir is shared on purpose: its owner and mode are not checked */
+#define PMCK_COPYOUT_GROUP      (1u << 1) /* what the copier makes is group-readable: 0750 dirs, 0640 files */
 
 /*
  * pmck_copyout_new -- starts the copier for store s (which must outlive
@@ -608,8 +665,9 @@ struct pmck_copyout_opts {
  * directory's leftovers.  Every rank of a job opens its copier before it
  * copies its first step, so all derive the same generation (rank 0 writes
  * the first marker only after every rank's first file exists).  Errors:
- * -EINVAL, -errno of mkdir/opendir, -ENOMEM, -EAGAIN; directories it made
- * are removed again when it fails.
+ * -EINVAL, PMA_E_UNSAFE (dir is not private: see the flags above),
+ * -errno of mkdir/opendir, -ENOMEM, -EAGAIN; directories it made are
+ * removed again when it fails.
  */
 int pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 		struct pmck_copyout **out);

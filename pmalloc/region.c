@@ -16,6 +16,7 @@
 #include "pmalloc.h"
 #include "errmsg.h"
 #include "lock.h"
+#include "owner.h"
 #define PMTRACE_NO_SITES /* this file defines the functions the sites call */
 #include "pmtrace.h"
 
@@ -71,6 +72,55 @@ reserve_existing(int fd, const char *path)
 }
 
 /*
+ * A regular file opened for writing must be the caller's alone: owned by
+ * the effective user and reachable by this one name.  Otherwise its owner
+ * (or whoever holds the other name) could read what is written there and
+ * change it, and the unkeyed checksums would not tell: another user's file
+ * planted under a store's name in a shared directory is refused before
+ * anything is locked, sized or written.  Devices keep their own ownership
+ * (a devdax device is granted to a user by its group or a udev rule).
+ */
+static int
+check_own_file(int fd, const char *path)
+{
+	struct stat st;
+	char who[128], me[128];
+
+	if (fstat(fd, &st))
+		return pma__err(-errno, "stat %s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	if (st.st_uid != geteuid()) {
+		owner_describe(st.st_uid, who, sizeof(who));
+		owner_describe(geteuid(), me, sizeof(me));
+		return pma__err(PMA_E_UNSAFE, "%s is owned by %s and you are %s: refused, nothing "
+				"written (its owner could read and change a checkpoint written there); "
+				"remove it, or use another path", path, who, me);
+	}
+	if (st.st_nlink > 1)
+		return pma__err(PMA_E_UNSAFE, "%s has %lu hard links: refused, nothing written "
+				"(another name of the file may be another user's); remove it, or use "
+				"another path", path, (unsigned long)st.st_nlink);
+	return 0;
+}
+
+/* open(2) with the flags of pma_region_open; a symbolic link refused by PMA_REGION_NOFOLLOW says so. */
+static int
+open_path(const char *path, int oflags, unsigned flags, int *fd)
+{
+	char target[256];
+
+	*fd = open(path, oflags | O_CLOEXEC | (flags & PMA_REGION_NOFOLLOW ? O_NOFOLLOW : 0), 0600);
+	if (*fd >= 0 || errno != ELOOP || !(flags & PMA_REGION_NOFOLLOW))
+		return 0;
+	ssize_t n = readlink(path, target, sizeof(target) - 1);
+	target[n > 0 ? n : 0] = '\0';
+	return pma__err(PMA_E_UNSAFE, "%s is a symbolic link%s%s: refused, not followed (whoever "
+			"made it chooses what would be written); remove it", path, n > 0 ? " to " : "",
+			target);
+}
+
+/*
  * Opens path (O_CLOEXEC: an exec'd program must not inherit the lock) and
  * locks it before anything else, so that only the lock holder ever sizes
  * a file or maps it.
@@ -80,13 +130,19 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created)
 {
 	struct stat st;
 	int rdonly = !!(flags & PMA_REGION_RDONLY);
-	int fd = open(path, (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	int fd;
 	int ret;
 
 	*created = 0;
+	if ((ret = open_path(path, rdonly ? O_RDONLY : O_RDWR, flags, &fd)))
+		return ret;
 	if (fd < 0 && errno != ENOENT)
 		return pma__err(-errno, "open %s%s: %s", path, rdonly ? " (read-only)" : "",
 				strerror(errno));
+	if (fd >= 0 && !rdonly && (ret = check_own_file(fd, path))) {
+		close(fd);
+		return ret;
+	}
 	if (fd >= 0 && (ret = pma__lock(fd, path, !rdonly))) {
 		close(fd);
 		return ret;
@@ -106,7 +162,9 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created)
 		return pma__err(-EINVAL, "cannot create %s with size 0", path);
 	}
 	if (fd < 0) {
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		/* O_EXCL: never through a link, never another's file created meanwhile. */
+		if ((ret = open_path(path, O_RDWR | O_CREAT | O_EXCL, flags, &fd)))
+			return ret;
 		if (fd < 0)
 			return pma__err(-errno, "create %s: %s", path, strerror(errno));
 		/*

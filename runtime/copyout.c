@@ -173,6 +173,7 @@ static int
 copy_one(struct pmck_copyout *c, const struct job *j, struct pmck_copyout_failure *why)
 {
 	char stepdir[PATH_MAX], file[PATH_MAX], leaf[64];
+	int group = !!(c->o.flags & PMCK_COPYOUT_GROUP);
 	uint64_t bytes = 0;
 	int ret;
 
@@ -197,20 +198,21 @@ copy_one(struct pmck_copyout *c, const struct job *j, struct pmck_copyout_failur
 				old.world_size, hash, c->o.world_size);
 	}
 	snprintf(why->path, sizeof(why->path), "%s", stepdir);
-	if (mkdir(stepdir, 0755) && errno != EEXIST)
+	if (mkdir(stepdir, PMCK__MODE_DIR(group)) && errno != EEXIST)
 		return pma__err(-errno, "mkdir %s: %s", stepdir, strerror(errno));
 	if ((ret = pmck__fsync_dir(c->dir)))
 		snprintf(why->path, sizeof(why->path), "%s", c->dir);
 	if (!ret)
 		ret = pmck__safetensors_write_slot(c->store, j->slot, j->step, file, c->o.rank,
-				c->o.world_size, c->o.progress, c->o.progress_arg, &bytes, why);
+				c->o.world_size, PMCK__MODE_FILE(group), c->o.progress,
+				c->o.progress_arg, &bytes, why);
 	if (!ret && c->o.rank == 0 && (ret = await_ranks(c, j->step)))
 		snprintf(why->path, sizeof(why->path), "%s", stepdir);
 	if (!ret && c->o.rank == 0) {
 		struct pmck__marker m = {.layout_hash = pmck_store_layout_hash(c->store),
 				.generation = c->generation, .world_size = c->o.world_size};
 		/* (a path too long for why->path is cut: it only names the file) */
-		if ((ret = pmck__write_marker(stepdir, j->step, &m)) &&
+		if ((ret = pmck__write_marker(stepdir, j->step, &m, PMCK__MODE_FILE(group))) &&
 		    snprintf(why->path, sizeof(why->path), "%s/" PMCK_MARKER, stepdir) < 0)
 			why->path[0] = 0;
 	}
@@ -292,6 +294,8 @@ pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 	*out = NULL;
 	if (opts->world_size && opts->rank >= opts->world_size)
 		return pma__err(-EINVAL, "rank %u of a world of %u", opts->rank, opts->world_size);
+	if (opts->flags & ~(PMCK_COPYOUT_SHARED_DIR | PMCK_COPYOUT_GROUP))
+		return pma__err(-EINVAL, "pmck_copyout_new: unknown flags %#x", opts->flags);
 	struct pmck_copyout *c = calloc(1, sizeof(*c));
 	if (!c)
 		return pma__err(-ENOMEM, "out of memory");
@@ -305,9 +309,19 @@ pmck_copyout_new(struct pmck_store *s, const struct pmck_copyout_opts *opts,
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 
-	/* The directory and its parents; undone below if this call fails. */
+	/*
+	 * The directory and its parents (0700, 0750 for a group; undone below
+	 * if this call fails); an existing one must be the caller's and closed
+	 * to writers other than the owner, unless it is shared on purpose.
+	 */
 	char made[PATH_MAX] = "";
-	int ret = pmck__mkdir_p(c->dir, 0755, made, sizeof(made));
+	unsigned dflags = PMCK_DIR_CREATE | (c->o.flags & PMCK_COPYOUT_GROUP ? PMCK_DIR_GROUP : 0) |
+			  (c->o.flags & PMCK_COPYOUT_SHARED_DIR ? PMCK__DIR_UNCHECKED : 0);
+	int ret = pmck__dir_ready(c->dir, dflags, "Use a directory of your own, or say that this "
+			"one is shared on purpose (PMCK_COPYOUT_SHARED_DIR; Python: sharing='group')",
+			made, sizeof(made));
+	if (ret)
+		pma__err_prefix(ret, "copy-out directory");
 	/*
 	 * Every rank derives the same generation: rank 0 writes the first
 	 * marker of this run only after every rank's first file exists, i.e.

@@ -2,7 +2,9 @@
 /*
  * dirs.c -- directories the runtime makes for its files (ramdisk and
  * copy-out directories): made with their parents, and removed again, down
- * to the first one made, when the call that made them fails.
+ * to the first one made, when the call that made them fails; checked to be
+ * the caller's own and closed to other users before a file goes into them;
+ * and files written whole into them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "owner.h"
 
 int
 pmck__mkdir_p(const char *dir, mode_t mode, char *first_made, size_t first_size)
@@ -76,15 +79,126 @@ pmck__rmdir_made(const char *dir, const char *first_made)
 }
 
 int
-pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n)
+pmck_local_default_dir(char *buf, size_t len)
+{
+	int n = buf ? snprintf(buf, len, "/dev/shm/pmckpt-%u", (unsigned)geteuid()) : -1;
+	if (n < 0 || (size_t)n >= len)
+		return pma__err(-ENAMETOOLONG, "pmck_local_default_dir: a buffer of %zu bytes is too "
+				"short", len);
+	return 0;
+}
+
+/*
+ * What makes dir unsafe to keep checkpoints in, into why ("" if nothing):
+ * a symbolic link, no directory, another owner, write access for group or
+ * others.  Returns 0, or -errno when dir cannot be looked at (-ENOENT).
+ * The directory is opened without following a link and looked at through
+ * that descriptor, so a link cannot pass for the directory it points to.
+ */
+static int
+dir_problem(const char *dir, struct stat *st, char *why, size_t len)
+{
+	char target[256] = "", who[128], me[128];
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	why[0] = '\0';
+	if (fd >= 0) {
+		int bad = fstat(fd, st) ? errno : 0;
+		close(fd);
+		if (bad)
+			return pma__err(-bad, "stat %s: %s", dir, strerror(bad));
+	} else if (errno != ELOOP && errno != ENOTDIR) {
+		return pma__err(-errno, "%s: %s", dir, strerror(errno));
+	} else if (lstat(dir, st)) {
+		return pma__err(-errno, "%s: %s", dir, strerror(errno));
+	}
+	owner_describe(st->st_uid, who, sizeof(who));
+	owner_describe(geteuid(), me, sizeof(me));
+	if (S_ISLNK(st->st_mode)) {
+		ssize_t n = readlink(dir, target, sizeof(target) - 1);
+		target[n > 0 ? n : 0] = '\0';
+		snprintf(why, len, "is a symbolic link%s%s (not followed: whoever made it chooses "
+				"where checkpoints would go)", n > 0 ? " to " : "", target);
+	} else if (!S_ISDIR(st->st_mode)) {
+		snprintf(why, len, "is not a directory (owner %s, mode %04o)", who,
+				(unsigned)(st->st_mode & 07777));
+	} else if (st->st_uid != geteuid()) {
+		snprintf(why, len, "is owned by %s and you are %s, mode %04o: its owner could "
+				"read and replace checkpoints in it", who, me,
+				(unsigned)(st->st_mode & 07777));
+	} else if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, len, "has mode %04o: %s can write in it, and so replace checkpoints",
+				(unsigned)(st->st_mode & 07777),
+				(st->st_mode & S_IWGRP) && (st->st_mode & S_IWOTH) ? "its group and every "
+				"user" : st->st_mode & S_IWOTH ? "every user" : "its group");
+	}
+	return 0;
+}
+
+int
+pmck__dir_ready(const char *dir, unsigned flags, const char *advice, char *made, size_t made_size)
+{
+	char why[512];
+	struct stat st;
+	int ret = 0;
+
+	if (made && made_size)
+		made[0] = '\0';
+	if (flags & PMCK__DIR_UNCHECKED)
+		return flags & PMCK_DIR_CREATE ? pmck__mkdir_p(dir, flags & PMCK_DIR_GROUP ? 0750 : 0700,
+				made, made_size) : 0;
+	ret = dir_problem(dir, &st, why, sizeof(why));
+	if (ret == -ENOENT && (flags & PMCK_DIR_CREATE)) {
+		/* Made here, 0700 (0750 for a group): the caller's own, as the check below confirms. */
+		ret = pmck__mkdir_p(dir, flags & PMCK_DIR_GROUP ? 0750 : 0700, made, made_size);
+		if (!ret)
+			ret = dir_problem(dir, &st, why, sizeof(why));
+	}
+	if (!ret && why[0])
+		ret = pma__err(PMA_E_UNSAFE, "%s %s; refused, nothing written.  %s", dir, why,
+				advice ? advice : "Use a directory of your own");
+	if (ret && made)
+		pmck__rmdir_made(dir, made);
+	return ret;
+}
+
+int
+pmck_dir_check(const char *dir, unsigned flags)
+{
+	if (!dir || !*dir)
+		return pma__err(-EINVAL, "pmck_dir_check: a directory is required");
+	if (flags & ~(PMCK_DIR_CREATE | PMCK_DIR_GROUP))
+		return pma__err(-EINVAL, "pmck_dir_check: unknown flags %#x", flags);
+	return pmck__dir_ready(dir, flags, NULL, NULL, 0);
+}
+
+int
+pmck__create_private(const char *path, mode_t mode)
+{
+	/*
+	 * A leftover of an interrupted write goes first (ours, or refused
+	 * below); then O_EXCL: the name is made here, never reached through a
+	 * link or taken over from a file someone else put there.
+	 */
+	if (unlink(path) && errno != ENOENT)
+		return pma__err(-errno, "remove the leftover %s: %s", path, strerror(errno));
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return pma__err(-errno, "create %s: %s", path, strerror(errno));
+	return fd;
+}
+
+int
+pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n,
+		mode_t mode)
 {
 	char tmp[PATH_MAX + 16], path[PATH_MAX + 16];
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = pmck__create_private(tmp, mode);
 	if (fd < 0)
-		return pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+		return fd;
 	/* The bytes are durable (fsync) before the name appears (rename), and the name after. */
 	int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
 	int err = errno;

@@ -124,10 +124,34 @@ int pmck__mkdir_p(const char *dir, mode_t mode, char *first_made, size_t first_s
 /* pmck__rmdir_made -- removes dir and its parents down to first_made, if empty. */
 void pmck__rmdir_made(const char *dir, const char *first_made);
 /*
- * pmck__write_file_durably -- writes dir/name as a whole: a temporary name,
- * fsync, rename, fsync of dir.  A crash leaves the old file or the new one.
+ * pmck__dir_ready -- dir, checked as pmck_dir_check does (PMCK_DIR_CREATE,
+ * PMCK_DIR_GROUP), unless PMCK__DIR_UNCHECKED (a directory shared on
+ * purpose: only made if missing).  advice (may be NULL) ends a refusal's
+ * message: what the caller's user can do (how to say the directory is
+ * shared on purpose, say).
+ * The outermost directory made goes to made ("" if none; removed again if
+ * this call fails), for pmck__rmdir_made to undo a later failure.
  */
-int pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n);
+#define PMCK__DIR_UNCHECKED (1u << 16)
+int pmck__dir_ready(const char *dir, unsigned flags, const char *advice, char *made,
+		size_t made_size);
+/*
+ * pmck__create_private -- a new file at path with mode (before the umask),
+ * for writing: a leftover at that name is removed first, then the file is
+ * made with O_EXCL | O_NOFOLLOW, never through a link nor into another's
+ * file.  Returns the descriptor or a negative error.
+ */
+int pmck__create_private(const char *path, mode_t mode);
+/* Modes of what the runtime creates: private, or readable by the group (PMCK_COPYOUT_GROUP). */
+#define PMCK__MODE_DIR(group) ((group) ? 0750 : 0700)
+#define PMCK__MODE_FILE(group) ((group) ? 0640 : 0600)
+/*
+ * pmck__write_file_durably -- writes dir/name as a whole: a temporary name
+ * (pmck__create_private, mode), fsync, rename, fsync of dir.  A crash leaves
+ * the old file or the new one.
+ */
+int pmck__write_file_durably(const char *dir, const char *name, const char *text, size_t n,
+		mode_t mode);
 uint64_t pmck__layout_hash(const struct pmck_tensor_desc *d, size_t n);
 /* pmck__layout_diff -- describes the first difference between s's layout and d[0..n). */
 void pmck__layout_diff(const struct pmck_store *s, const struct pmck_tensor_desc *d, size_t n,
@@ -148,12 +172,13 @@ int pmck__slot_pinned(struct pmck_store *s, unsigned k);
 
 /*
  * safetensors.c: writes slot k (sealed, step) to path atomically; adds bytes
- * written.  On failure the temporary file is gone, and `why` (may be NULL)
+ * written; the file is created with mode (before the umask) by
+ * pmck__create_private.  On failure the temporary file is gone, and `why` (may be NULL)
  * gets the path of the failing operation and, where space ran out, the
  * bytes needed and available (its error, step and message are the caller's).
  */
 int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
-		const char *path, unsigned rank, unsigned world_size,
+		const char *path, unsigned rank, unsigned world_size, mode_t mode,
 		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes,
 		struct pmck_copyout_failure *why);
 /* safetensors.c: pmck_safetensors_import; with exact_step the file's own step must be `step`. */
@@ -199,7 +224,7 @@ int pmck__step_ours(const struct pmck__steps *l, size_t i, uint64_t layout_hash,
 size_t pmck__order_ours(const struct pmck__steps *l, uint64_t layout_hash, unsigned world,
 		size_t *idx);
 /* Writes DIR/step-<step>/COMPLETE atomically with the marker's fields. */
-int pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m);
+int pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m, mode_t mode);
 /* DIR/step-<step>[/leaf] into buf; -ENAMETOOLONG. */
 int pmck__step_path(char *buf, size_t len, const char *dir, uint64_t step, const char *leaf);
 /* Removes DIR/<name> (a step directory), marker first, and fsyncs DIR. */

@@ -36,18 +36,73 @@ pmck_local_pool_size(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
 	return ret;
 }
 
-/* Does the file start with a pool's magic? (read, not mapped: it may be too short to map) */
+/*
+ * Does the file start with a pool's magic? (read, not mapped: it may be too
+ * short to map).  Only a regular file reached without a link counts; a fifo
+ * is not waited on (O_NONBLOCK).
+ */
 static int
 holds_pool_magic(const char *path)
 {
 	char magic[8] = {0};
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
 	if (fd < 0)
 		return 0;
-	ssize_t n = read(fd, magic, sizeof(magic));
+	ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, magic, sizeof(magic)) : 0;
 	close(fd);
 	return n == (ssize_t)sizeof(magic) && !memcmp(magic, "PMAPOOL", sizeof(magic));
+}
+
+/* Is there anything at path, a link included? */
+static int
+exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+/* Is path a regular file of the caller's, not a link, with one name (what pma_region_open accepts)? */
+static int
+own_file(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	       st.st_nlink == 1;
+}
+
+/*
+ * The ramdisk directory: the caller's (PMCK_LOCAL_SHARED_DIR: anyone's) or
+ * the per-user default, and the pool file in it.  Checked as pmck_dir_check
+ * does unless shared on purpose, and made 0700 if missing when `create`
+ * (the outermost directory made goes to made, for undoing a failure).
+ */
+static int
+ramdisk_dir(const struct pmck_local_opts *o, const char *name, int create, struct pmck_local *l,
+		char *dir, size_t dir_size, char *made, size_t made_size)
+{
+	int ret = 0;
+
+	if (!o->ramdisk_dir)
+		ret = pmck_local_default_dir(dir, dir_size);
+	else if (snprintf(dir, dir_size, "%s", o->ramdisk_dir) >= (int)dir_size)
+		ret = pma__err(-ENAMETOOLONG, "ramdisk directory name too long");
+	if (ret)
+		return ret;
+	if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
+	    (int)sizeof(l->path))
+		return pma__err(-ENAMETOOLONG, "ramdisk path too long");
+	unsigned flags = (create ? PMCK_DIR_CREATE : 0) |
+			 (o->ramdisk_dir && (o->flags & PMCK_LOCAL_SHARED_DIR) ? PMCK__DIR_UNCHECKED : 0);
+	ret = pmck__dir_ready(dir, flags, o->ramdisk_dir ? "Use a directory of your own, or say "
+			"that this one is shared on purpose (PMCK_LOCAL_SHARED_DIR; Python: "
+			"sharing='group')" : "Remove it (pmckpt makes it again, 0700 and yours), or give "
+			"a ramdisk directory of your own", made, made_size);
+	/* Opening what exists, in a directory that does not: the file's open says -ENOENT. */
+	if (ret == -ENOENT && !create)
+		ret = 0;
+	return ret ? pma__err_prefix(ret, "ramdisk directory") : 0;
 }
 
 /* Are the first 8 bytes (a pool's magic) all zero? */
@@ -98,27 +153,29 @@ open_pm(const struct pmck_local_opts *o, uint64_t layout_size, struct pmck_local
 	return 0;
 }
 
-/* The ramdisk path: DIR/pmckpt-NAME.pool, sized for the layout. */
+/*
+ * The ramdisk path: DIR/pmckpt-NAME.pool, sized for the layout.  The file
+ * is never reached through a link (PMA_REGION_NOFOLLOW), and one that
+ * exists must be the caller's (pma_region_open refuses another's).
+ */
 static int
 open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
-		struct pmck_local *l, int *made, char *dir_made, size_t dir_made_size)
+		struct pmck_local *l, int *made, char *dir, size_t dir_size, char *dir_made,
+		size_t dir_made_size)
 {
-	const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
+	const unsigned rflags = PMA_REGION_CREATE | PMA_REGION_NOFOLLOW;
 	int ret;
 
-	if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
-	    (int)sizeof(l->path))
-		return pma__err(-ENAMETOOLONG, "ramdisk path too long");
-	if ((ret = pmck__mkdir_p(dir, 0700, dir_made, dir_made_size)))
+	if ((ret = ramdisk_dir(o, name, 1, l, dir, dir_size, dir_made, dir_made_size)))
 		return ret;
-	int existed = access(l->path, F_OK) == 0;
+	int existed = exists(l->path);
 	/*
 	 * A file holding a pool is opened as it is: a truncated pool is then
 	 * reported as such (PMA_E_TRUNCATED), and a store of another, larger
 	 * layout as PMCK_E_LAYOUT, not as a file too small for this layout.
 	 */
-	ret = pma_region_open(l->path, holds_pool_magic(l->path) ? 0 : (size_t)size,
-			PMA_REGION_CREATE, &l->region);
+	ret = pma_region_open(l->path, holds_pool_magic(l->path) ? 0 : (size_t)size, rflags,
+			&l->region);
 	/*
 	 * A creation killed before the pool was formatted leaves a short or
 	 * blank file: it is ours (our name, our directory) and holds no pool,
@@ -127,7 +184,7 @@ open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
 	if ((ret == -ENOSPC || ret == -EINVAL) && !holds_pool_magic(l->path)) {
 		unlink(l->path);
 		existed = 0;
-		ret = pma_region_open(l->path, (size_t)size, PMA_REGION_CREATE, &l->region);
+		ret = pma_region_open(l->path, (size_t)size, rflags, &l->region);
 	}
 	/* Ours to remove on failure only if this open made it (another opener's file never is). */
 	*made = !existed && ret == 0;
@@ -161,14 +218,14 @@ int
 pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 {
 	const char *name = o && o->store_name ? o->store_name : "default";
-	char dir_made[PATH_MAX] = "";
+	char dir[PATH_MAX] = "", dir_made[PATH_MAX] = "";
 	uint64_t size;
 	int made = 0;
 	int ret;
 
 	if (!o || !l)
 		return pma__err(-EINVAL, "pmck_local_open: opts and out are required");
-	if (o->flags & ~(PMCK_LOCAL_RDONLY | PMCK_LOCAL_EXISTING))
+	if (o->flags & ~(PMCK_LOCAL_RDONLY | PMCK_LOCAL_EXISTING | PMCK_LOCAL_SHARED_DIR))
 		return pma__err(-EINVAL, "pmck_local_open: unknown flags %#x", o->flags);
 	if (!o->descs && !(o->flags & PMCK_LOCAL_EXISTING))
 		return pma__err(-EINVAL, "pmck_local_open: a layout is required unless "
@@ -186,21 +243,24 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		ret = existing ? pma_region_open(o->pm_path, 0, rflags, &l->region)
 			       : open_pm(o, size, l, &made);
 	} else if (existing) {
-		/* Opening what exists creates nothing: no directory, no file, no pool, no store. */
-		const char *dir = o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm";
-		if (snprintf(l->path, sizeof(l->path), "%s/pmckpt-%s.pool", dir, name) >=
-		    (int)sizeof(l->path))
-			return pma__err(-ENAMETOOLONG, "ramdisk path too long");
-		if ((o->flags & PMCK_LOCAL_EXISTING) && access(l->path, F_OK) == 0 &&
-		    !holds_pool_magic(l->path))
+		/*
+		 * Opening what exists creates nothing: no directory, no file, no
+		 * pool, no store.  The directory is checked as for creating: a
+		 * checkpoint someone else could have written is not loaded.
+		 */
+		if ((ret = ramdisk_dir(o, name, 0, l, dir, sizeof(dir), NULL, 0)))
+			return ret;
+		if ((o->flags & PMCK_LOCAL_EXISTING) && own_file(l->path) && !holds_pool_magic(l->path))
 			/* It may be too short to map: what a creation killed before the pool's magic leaves. */
 			ret = pma__err(PMA_E_NOT_POOL, "%s holds no pool yet (a creation interrupted "
 					"before the pool was formatted: an open that creates formats it)",
 					l->path);
-		else
-			ret = pma_region_open(l->path, 0, rflags | PMA_REGION_NO_PREFAULT, &l->region);
+		else /* a link or another's file: refused here, and the message says why */
+			ret = pma_region_open(l->path, 0, rflags | PMA_REGION_NOFOLLOW |
+					PMA_REGION_NO_PREFAULT, &l->region);
 	} else {
-		ret = open_ramdisk(o, name, size, l, &made, dir_made, sizeof(dir_made));
+		ret = open_ramdisk(o, name, size, l, &made, dir, sizeof(dir), dir_made,
+				sizeof(dir_made));
 	}
 	if (!ret) {
 		describe_backend(o, l);
@@ -229,7 +289,7 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 		if (made)
 			unlink(l->path);
 		if (!o->pm_path)
-			pmck__rmdir_made(o->ramdisk_dir ? o->ramdisk_dir : "/dev/shm", dir_made);
+			pmck__rmdir_made(dir, dir_made);
 		/* Messages from the region already name the path; others get it once. */
 		if (!strstr(pma_errormsg(), l->path))
 			pma__err_prefix(ret, "%s", l->path);

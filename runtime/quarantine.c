@@ -83,12 +83,17 @@ pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *mo
 	if (stat(src, &st))
 		return pma__err(-errno, "quarantine %s: %s", src, strerror(errno));
 	snprintf(qdir, sizeof(qdir), "%s/" PMCK_QUARANTINE, dir);
-	if (mkdir(qdir, 0755) == 0) {
+	/*
+	 * 0700 whatever the copier's mode: recovery takes no options, and a
+	 * quarantined step is for its owner to look at.  A link named
+	 * quarantine is not followed (lstat): the step is not moved through it.
+	 */
+	if (mkdir(qdir, PMCK__MODE_DIR(0)) == 0) {
 		if ((ret = pmck__fsync_dir(dir))) /* DIR/quarantine exists durably */
 			return ret;
 	} else if (errno != EEXIST) {
 		return pma__err(-errno, "mkdir %s: %s", qdir, strerror(errno));
-	} else if (stat(qdir, &st) || !S_ISDIR(st.st_mode)) {
+	} else if (lstat(qdir, &st) || !S_ISDIR(st.st_mode)) {
 		return pma__err(-ENOTDIR, "quarantine %s: %s is not a directory", src, qdir);
 	}
 
@@ -99,7 +104,7 @@ pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char *mo
 			"when: %s\nby: pid %ld on %s\nwhat failed: %s\n",
 			step, dir, when, (long)getpid(), host, what);
 	/* The NOTE goes first: a crash before the rename leaves a step that is found damaged again. */
-	if ((ret = pmck__write_file_durably(src, NOTE, text, strlen(text))))
+	if ((ret = pmck__write_file_durably(src, NOTE, text, strlen(text), PMCK__MODE_FILE(0))))
 		return ret;
 	for (unsigned k = 0;; k++) {
 		int n = k ? snprintf(dst, sizeof(dst), "%s/step-%012" PRIu64 "-%s-%u", qdir, step, when, k)

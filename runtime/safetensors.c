@@ -182,7 +182,7 @@ no_space(int ret, const char *dir, uint64_t needed, uint64_t written,
 
 int
 pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t step,
-		const char *path, unsigned rank, unsigned world_size,
+		const char *path, unsigned rank, unsigned world_size, mode_t mode,
 		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes,
 		struct pmck_copyout_failure *why)
 {
@@ -203,9 +203,9 @@ pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_t st
 		ret = pma__err(-ENAMETOOLONG, "path too long: %s", path);
 		goto out;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = pmck__create_private(tmp, mode);
 	if (fd < 0) {
-		ret = pma__err(-errno, "create %s: %s", tmp, strerror(errno));
+		ret = fd;
 		if (why)
 			snprintf(why->path, sizeof(why->path), "%s", tmp);
 		goto out;
@@ -295,7 +295,7 @@ pmck_safetensors_write(const struct pmck_store *s, const char *path, unsigned ra
 		return pma__err(PMCK_E_NO_CHECKPOINT, "nothing recovered to write (call pmck_store_recover)");
 	unsigned k = (unsigned)s->readable_slot;
 	return pmck__safetensors_write_slot(s, k, s->slot[k]->step, path, rank,
-			world_size ? world_size : 1, NULL, NULL, NULL, NULL);
+			world_size ? world_size : 1, PMCK__MODE_FILE(0), NULL, NULL, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ reading */

@@ -235,14 +235,14 @@ pmck__order_ours(const struct pmck__steps *l, uint64_t layout_hash, unsigned wor
 }
 
 int
-pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m)
+pmck__write_marker(const char *stepdir, uint64_t step, const struct pmck__marker *m, mode_t mode)
 {
 	char text[192];
 	int n = snprintf(text, sizeof(text), "{\"step\": %" PRIu64 ", \"world_size\": %u, "
 			"\"layout_hash\": \"%016" PRIx64 "\", \"generation\": %" PRIu64 "}\n",
 			step, m->world_size, m->layout_hash, m->generation);
 	/* Durable before its name appears; from then on the step is complete for every reader. */
-	return pmck__write_file_durably(stepdir, PMCK_MARKER, text, (size_t)n);
+	return pmck__write_file_durably(stepdir, PMCK_MARKER, text, (size_t)n, mode);
 }
 
 void

@@ -187,7 +187,7 @@ main(void)
 	char *shared = make_tmpdir("/var/tmp", "cofail");
 	char *ramdisk = make_tmpdir("/dev/shm", "cofail");
 
-	if (mount("tmpfs", shared, "tmpfs", 0, "size=8M")) {
+	if (mount("tmpfs", shared, "tmpfs", 0, "size=8M,mode=0700")) {
 		char why[256];
 		fmtp(why, sizeof(why), "mount -t tmpfs -o size=8M on %s: %s (needs root)", shared,
 				strerror(errno));

@@ -294,7 +294,7 @@ main(void)
 	snprintf(sub, sizeof(sub), "%s/x/y/shared", dir);
 	ro.store_name = "m";
 	ro.ramdisk_dir = NULL;
-	is_int(pmck_local_open(&ro, &l), 0, "a ramdisk store in /dev/shm");
+	is_int(pmck_local_open(&ro, &l), 0, "a ramdisk store in the default directory: %s", l.path);
 	struct pmck_copyout *co;
 	struct pmck_copyout_opts cop = {.dir = sub};
 	is_int(pmck_copyout_new(l.store, &cop, &co), 0, "copy-out into a directory three levels deep");
@@ -330,5 +330,8 @@ main(void)
 	rmdir(dir);
 	pmck_local_close(&l);
 	unlink(l.path);
+	char home[256];
+	if (pmck_local_default_dir(home, sizeof(home)) == 0)
+		rmdir(home); /* the user's default directory, if this test left it empty */
 	return done_testing();
 }

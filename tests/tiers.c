@@ -210,6 +210,10 @@ main(void)
 	if (e && strstr(e->reason, "moved to ")) {
 		fmtp(path, sizeof(path), "%s/NOTE", strstr(e->reason, "moved to ") + 9);
 		ok(stat(path, &st) == 0 && st.st_size > 0, "%s written", path);
+		ok((st.st_mode & 07777) == 0600, "NOTE is 0600 (%04o)", st.st_mode & 07777);
+		fmtp(path, sizeof(path), "%s/quarantine", dir);
+		ok(lstat(path, &st) == 0 && (st.st_mode & 07777) == 0700,
+				"DIR/quarantine is made 0700 (%04o)", st.st_mode & 07777);
 	} else {
 		ok(0, "no quarantine path");
 	}

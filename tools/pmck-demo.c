@@ -319,7 +319,8 @@ static const char usage_text[] =
 	"                 [--threads N] [--seed S] [--keep]\n"
 	"  --steps    training steps before the crash test (default 20)\n"
 	"  --every    checkpoint every K steps (default 5)\n"
-	"  --path     pool file (default /dev/shm/pmck-demo.pool), or a devdax device\n"
+	"  --path     pool file (default /dev/shm/pmckpt-UID/pmck-demo.pool, in your own\n"
+	"             0700 directory), or a devdax device\n"
 	"             (/dev/daxX.Y): a blank one is formatted, a pool made by pmckpt\n"
 	"             create is used (the demo's store is added, then removed)\n"
 	"  --layers   transformer blocks, 0..24 (default 24: GPT-2 medium)\n"
@@ -365,19 +366,18 @@ remove_old_pool(const char *path)
 	struct stat st;
 	struct pma_region *r = NULL;
 	struct pma_pool *p = NULL;
-	int ours;
+	int ours, opened;
 
-	if (stat(path, &st))
+	if (lstat(path, &st)) /* a link is not followed: pma_region_open refuses it below */
 		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISREG(st.st_mode) || pma_region_open(path, 0, PMA_REGION_NO_PREFAULT, &r))
-		ours = 0;
-	else
-		ours = !pma_pool_open(r, &p) && !pma_lookup(p, STORE ".meta", NULL, NULL);
+	opened = !pma_region_open(path, 0, PMA_REGION_NO_PREFAULT | PMA_REGION_NOFOLLOW, &r);
+	ours = opened && !pma_pool_open(r, &p) && !pma_lookup(p, STORE ".meta", NULL, NULL);
 	pma_pool_close(&p);
 	pma_region_close(&r);
 	if (!ours) {
-		fprintf(stderr, "pmck-demo: %s exists and is not a pmck-demo pool; remove it or "
-				"pass --path\n", path);
+		/* Another user's file or a link: the region's refusal says whose, or where to. */
+		fprintf(stderr, "pmck-demo: %s exists and is not a pmck-demo pool%s%s; remove it or "
+				"pass --path\n", path, opened ? "" : ": ", opened ? "" : pma_errormsg());
 		return -EEXIST;
 	}
 	if (unlink(path)) {
@@ -393,7 +393,8 @@ main(int argc, char **argv)
 {
 	unsigned long steps = 20, every = 5, layers = MAX_LAYERS, threads = 0, seed = 0;
 	int keep = 0, have_seed = 0, rc = 1;
-	const char *path = "/dev/shm/pmck-demo.pool";
+	char default_path[PATH_MAX];
+	const char *path = NULL;
 
 	tool_init("pmck-demo", usage_text);
 	for (int i = 1; i < argc; i++) {
@@ -429,6 +430,20 @@ main(int argc, char **argv)
 		if (bad)
 			return tool_usage_error("bad option or value: %s %s", a, v ? v : "");
 		i++;
+	}
+	/*
+	 * The default pool lives in the caller's own ramdisk directory (made
+	 * 0700 if missing, refused if another user could write there), never
+	 * under a predictable name in the world-writable /dev/shm itself.
+	 */
+	if (!path) {
+		if (pmck_local_default_dir(default_path, sizeof(default_path) - 16) ||
+		    pmck_dir_check(default_path, PMCK_DIR_CREATE)) {
+			fprintf(stderr, "pmck-demo: %s\n", pmck_errormsg());
+			return 1;
+		}
+		strcat(default_path, "/pmck-demo.pool");
+		path = default_path;
 	}
 	if (steps < every) {
 		fprintf(stderr, "pmck-demo: --steps %lu < --every %lu: no checkpoint before the "
@@ -508,7 +523,8 @@ main(int argc, char **argv)
 	signal(SIGPIPE, on_signal);
 
 	double t0 = tool_now();
-	if ((!device && ((ret = pma_region_open(path, region_size, PMA_REGION_CREATE, &r)) ||
+	if ((!device && ((ret = pma_region_open(path, region_size,
+					PMA_REGION_CREATE | PMA_REGION_NOFOLLOW, &r)) ||
 			 (ret = pma_pool_create(r, 0, &pool)))) ||
 	    (ret = pmck_store_create(pool, STORE, m.d, m.n, &s))) {
 		fprintf(stderr, "pmck-demo: creating the store in %s: %s\n", path, pmck_errormsg());

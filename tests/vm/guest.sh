@@ -20,7 +20,10 @@
 #               one namespace over the whole region, pmckpt create on its
 #               devdax, the C demo on it, pmckpt import of a safetensors file
 #   user2       same DIMM after power-off: pmckpt verify, and pmckpt export
-#               gives back the imported file bit for bit
+#               gives back the imported file bit for bit; then the device is
+#               granted to a group as a udev rule would (GROUP, MODE 0660), and
+#               a user of that group who is not root verifies, exports and runs
+#               the demo on it; without the grant that user is denied
 #   probe       nothing: proves the VM boots (KVM probe)
 PHASE=${1:-probe}
 P=/pmckpt
@@ -257,6 +260,32 @@ user2)
 		nok "the export is bit-exact to the imported file"
 		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
 	fi
+	# A devdax device granted to a user who is not root (docs/provisioning.md): what a
+	# udev rule GROUP="pmem", MODE="0660" does, with gid 65534 standing in for pmem.
+	user() { $P/setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+	mm=$(stat -c '%t %T' "$dev") # major and minor, hex
+	readlink -f "/sys/dev/char/$(printf '%d:%d' "0x${mm% *}" "0x${mm#* }")/subsystem" \
+		>/tmp/out 2>&1
+	has "the device's udev SUBSYSTEM is dax (what the rule in docs/provisioning.md matches)" \
+		/tmp/out '/dax$'
+	mkdir -p /tmp/u && chown 65534:65534 /tmp/u
+	refuse "uid 65534 without the grant: pmckpt list is denied" "Permission denied" \
+		user $PMCKPT list --pool "$dev"
+	chgrp 65534 "$dev" && chmod 0660 "$dev"
+	check "uid 65534 in the device's group: pmckpt verify" user $PMCKPT verify --pool "$dev" \
+		--store imported
+	check "uid 65534: pmckpt export" user $PMCKPT export --pool "$dev" --store imported \
+		--out /tmp/u/back.safetensors
+	if cmp /tmp/u/back.safetensors $REF >/tmp/out 2>&1; then
+		ok "uid 65534's export is bit-exact, its file 0600: $(stat -c %a /tmp/u/back.safetensors)"
+	else
+		nok "uid 65534's export is bit-exact"
+		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
+	fi
+	check "uid 65534: pmck-demo on the device" user $DEMO --path "$dev" --vocab 1000 \
+		--layers 0 --steps 5 --every 5 --threads 2
+	has "uid 65534's demo recovered bit-exact" /tmp/out '^PASS: '
+	chgrp 0 "$dev" && chmod 0600 "$dev"
 	refuse "pmckpt create on the device holding the pool is refused" "already holds" \
 		$PMCKPT create --pool "$dev"
 	;;

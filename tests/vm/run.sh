@@ -82,7 +82,10 @@ mkdir -p "$root/pmckpt"
 cp "$HERE/init" "$root/init"
 cp "$HERE/guest.sh" "$HERE/lsan.supp" "$root/pmckpt/"
 cp "$B/pmctl" "$B/pmckpt" "$B/pmck-demo" "$B/tests/pmctl_store" "$root/pmckpt/"
-for bin in "$B/pmctl" "$B/pmckpt" "$B/pmck-demo" "$B/tests/pmctl_store"; do
+# setpriv (util-linux): the user phases run tools as an unprivileged user.
+SETPRIV=$(command -v setpriv) || skip "needs setpriv (util-linux)"
+cp "$SETPRIV" "$root/pmckpt/setpriv"
+for bin in "$B/pmctl" "$B/pmckpt" "$B/pmck-demo" "$B/tests/pmctl_store" "$SETPRIV"; do
 	ldd "$bin" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p'
 done | sort -u | while read -r lib; do
 	mkdir -p "$root$(dirname "$lib")"

@@ -128,7 +128,7 @@ cmd_repair(const struct opts *o)
 	char path[PATH_MAX];
 	json_object *root = NULL, *arr = NULL;
 
-	if (mkdir(o->out, 0755) && errno != EEXIST)
+	if (mkdir(o->out, 0700) && errno != EEXIST) /* checkpoints are private: 0700, as the runtime's */
 		return tool_fail("mkdir %s: %s", o->out, strerror(errno));
 	if ((ret = open_for_check(o->pool, &pr, &h, &salvaged, &consistent)))
 		return ret;

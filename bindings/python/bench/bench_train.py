@@ -23,7 +23,7 @@ repetitions, and the spread (min-max) of each ratio is printed with it.
 
 Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out):
   none            no checkpoints
-  pm_every{1,10}  Store(ramdisk=--shm).save_async + hook_optimizer
+  pm_every{1,10}  Store(ramdisk=--pm-dir).save_async + hook_optimizer
   pmco_every{1,10}  the same with shared_dir on --disk (copy-out of each commit)
   pmco10_every1   every step, copy-out of every 10th (Store(copyout_every=10))
   pm1t_every1     every step with one writer thread (Store(threads=1))
@@ -256,7 +256,7 @@ class PmCkpt:
     def __init__(self, a, job, every, name, shared=None, group=None, **store_kw):
         self.every = every
         self.shared = shared
-        self.store = pmckpt.Store(name=name, ramdisk=a.shm, shared_dir=shared, keep=2,
+        self.store = pmckpt.Store(name=name, ramdisk=a.pm_dir, shared_dir=shared, keep=2,
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
         self.call = 0.0
@@ -472,7 +472,9 @@ def main():
     ap.add_argument("--ranks", type=int, default=2, help="0: no multi-rank part")
     ap.add_argument("--mr-configs", default="mr_none,mr_pm_every1,mr_pm_every10")
     ap.add_argument("--mr-threads", type=int, default=1, help="torch threads per rank")
-    ap.add_argument("--shm", default="/dev/shm")
+    ap.add_argument("--shm", default="/dev/shm", help="RAM for the baselines' files (DCP, torch.save)")
+    ap.add_argument("--pm-dir", default=None,
+                    help="pmckpt's ramdisk directory (default: the user's own, /dev/shm/pmckpt-UID)")
     ap.add_argument("--disk", default="/var/tmp")
     ap.add_argument("--quick", action="store_true",
                     help="the short version of make bench: 3 warm-up + 15 steps, 1 repetition, "

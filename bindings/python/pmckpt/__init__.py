@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """pmckpt: checkpoints of PyTorch state_dicts on persistent memory (or a ramdisk).
 
-    store = pmckpt.Store("/dev/dax0.0")          # or Store() for /dev/shm
+    store = pmckpt.Store("/dev/dax0.0")          # or Store(): /dev/shm/pmckpt-UID, 0700
     store.save(state_dict, step)                  # synchronous, durable on return
     h = store.save_async(state_dict, step)        # layer-wise, in the background
     state = store.load()                          # newest verified checkpoint
@@ -12,7 +12,7 @@ See docs/python.md.
 from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, VersionError,
                      UnsupportedObjectError, MetadataTooLargeError, BusyError,
                      NotAPoolError, TruncatedError, SourceChangedError,
-                     CheckpointsUnusableError, WorldSizeError, CopyoutError)
+                     CheckpointsUnusableError, WorldSizeError, CopyoutError, UnsafePathError)
 from .store import Store, SaveHandle, RecoveryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
@@ -36,5 +36,6 @@ __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnus
            "WorldSizeError", "LayoutError", "CorruptError",
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
            "NotAPoolError", "TruncatedError", "SourceChangedError", "CopyoutError",
+           "UnsafePathError",
            "RecoveryWarning", "hook_optimizer", "hook_module", "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

@@ -84,8 +84,10 @@ class _Backend:
     def _local_opts(self, layout=None, flags=0):
         pm = self._pm_path()
         descs = layout.descs() if layout is not None else None
+        if self._ramdisk_given and self.sharing == "group":
+            flags |= _lib.PMCK_LOCAL_SHARED_DIR
         return _lib.LocalOpts(pm.encode() if pm else None,
-                              self.ramdisk_dir.encode() if self.ramdisk_dir else None,
+                              self._ramdisk_given.encode() if self._ramdisk_given else None,
                               self.name.encode(), descs, len(layout.rows) if layout else 0,
                               self.size, flags)
 
@@ -147,11 +149,25 @@ class _Backend:
             self._layout = layout
         if self.shared_dir and not self._copyout:
             opts = _lib.CopyoutOpts(self.shared_dir.encode(), self.keep, self.rank,
-                                    self.world_size, 0, None, None)
+                                    self.world_size, 0, None, None, None, None,
+                                    _lib.PMCK_COPYOUT_SHARED_DIR | _lib.PMCK_COPYOUT_GROUP
+                                    if self.sharing == "group" else 0)
             before = _tasks()
             check(lib.pmck_copyout_new(self._h.store, byref(opts), byref(self._copyout)),
                   f"copy-out to {self.shared_dir}")
             self._apply_policy(before, 1)
+
+    def _shared_dir_problem(self):
+        """Why shared_dir must not be read (an UnsafePathError, or the error of looking
+        at it), or None: a directory that another user could write holds checkpoints
+        anyone could have put there.  A missing one is no problem (nothing to read);
+        sharing="group" accepts it as it is.  The copier checks it again when it starts."""
+        if not self.shared_dir or self.sharing == "group":
+            return None
+        rc = lib.pmck_dir_check(self.shared_dir.encode(), 0)
+        if rc in (0, _lib.ENOENT):
+            return None
+        return error_for(rc, f"shared_dir: {_lib.errormsg() or _lib.strerror(rc)}")
 
     def _copyout_failure(self, wait=False):
         """The copy-out failure not reported yet (a CopyoutError), or None; taken: it

@@ -36,6 +36,9 @@ PMA_REGION_NO_PREFAULT = 1 << 1
 PMA_REGION_RDONLY = 1 << 2
 PMCK_LOCAL_RDONLY = 1 << 0
 PMCK_LOCAL_EXISTING = 1 << 1
+PMCK_LOCAL_SHARED_DIR = 1 << 2
+PMCK_COPYOUT_SHARED_DIR = 1 << 0
+PMCK_COPYOUT_GROUP = 1 << 1
 
 # enum pmck_dtype
 DT_BYTES, DT_BOOL, DT_U8, DT_I8, DT_I16, DT_U16, DT_F16, DT_BF16, DT_I32, DT_U32, \
@@ -101,7 +104,7 @@ class CopyoutOpts(Structure):
     # in both, so this layout fits libraries built from either.
     _fields_ = [("dir", c_char_p), ("keep", c_uint), ("rank", c_uint), ("world_size", c_uint),
                 ("marker_timeout_ms", c_uint), ("progress", c_void_p), ("progress_arg", c_void_p),
-                ("on_done", c_void_p), ("on_done_arg", c_void_p)]
+                ("on_done", c_void_p), ("on_done_arg", c_void_p), ("flags", c_uint)]
 
 
 class CopyoutStats(Structure):
@@ -208,6 +211,8 @@ _PROTOS = {
     # local backend
     "pmck_local_open": (c_int, [POINTER(LocalOpts), POINTER(Local)]),
     "pmck_local_close": (None, [POINTER(Local)]),
+    "pmck_local_default_dir": (c_int, [c_char_p, c_size_t]),
+    "pmck_dir_check": (c_int, [c_char_p, c_uint]),
     # copy-out, safetensors, tiers
     "pmck_copyout_new": (c_int, [c_void_p, POINTER(CopyoutOpts), vpp]),
     "pmck_copyout_submit": (c_int, [c_void_p]),
@@ -310,6 +315,13 @@ def check(rc, what=None):
         msg = errormsg() or strerror(rc)
         raise_for(rc, f"{what}: {msg}" if what else msg)
     return rc
+
+
+def default_ramdisk_dir():
+    """The ramdisk directory of Store() without ramdisk: the user's own (pmck_local_default_dir)."""
+    buf = ctypes.create_string_buffer(4096)
+    check(lib.pmck_local_default_dir(buf, len(buf)))
+    return buf.value.decode()
 
 
 def strerror(rc):

@@ -95,7 +95,7 @@ def _recipe(store):
         suffix = f"-rank{store.rank}"
         name = name[:-len(suffix)] if name.endswith(suffix) else name
     return {"path": store.path, "name": name,
-            "ramdisk": store.ramdisk_dir if store.path is None else None,
+            "ramdisk": store._ramdisk_given, "sharing": store.sharing,
             "shared_dir": store.shared_dir, "keep": store.keep, "rank": store.rank,
             "world_size": store.world_size, "threads": store.threads,
             "meta_capacity": store.meta_capacity, "gpu_source": store.gpu_source,

@@ -9,6 +9,7 @@ PMA_E_VERSION = -100002
 PMA_E_CORRUPT = -100003
 PMA_E_TRUNCATED = -100004
 PMA_E_BUSY = -100005
+PMA_E_UNSAFE = -100006
 PMCK_E_NO_CHECKPOINT = -100101
 PMCK_E_LAYOUT = -100102
 PMCK_E_CORRUPT = -100103
@@ -89,6 +90,17 @@ class BusyError(Error):
     one writer at a time; the message names the path and the holder's pid)."""
 
 
+class UnsafePathError(Error, PermissionError):
+    """A file or directory another user could read or change (PMA_E_UNSAFE):
+    a ramdisk or shared directory not owned by the caller, or writable by
+    its group or others, a symbolic link in its place, or a pool file of
+    another user's.  Nothing was written.  Store(sharing="group") accepts a
+    directory shared on purpose (the files in it must still be the caller's)."""
+
+    def __init__(self, message, code=None):
+        Error.__init__(self, message, code)
+
+
 class CopyoutError(Error):
     """Copying a checkpoint to shared_dir failed (a full file system, say).  The
     local checkpoint is unaffected and later steps are still copied.  Raised
@@ -120,6 +132,7 @@ _BY_CODE = {
     -_errno.EBUSY: BusyError,
     PMCK_E_SOURCE_CHANGED: SourceChangedError,
     PMA_E_BUSY: BusyError,
+    PMA_E_UNSAFE: UnsafePathError,
 }
 
 

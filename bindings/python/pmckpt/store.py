@@ -39,14 +39,25 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     slots of the first state_dict as the ramdisk file is.  A blank device is
     formatted; one holding other data or a damaged pool is refused
     (pmckpt create --force, pmckpt check).  Store() or Store(ramdisk=DIR) puts it in
-    a file DIR/pmckpt-NAME.pool (DIR defaults to /dev/shm) with the same
-    two-slot protocol.  shared_dir: each committed checkpoint is also copied,
+    a file DIR/pmckpt-NAME.pool with the same two-slot protocol; DIR defaults
+    to the user's own /dev/shm/pmckpt-UID.  shared_dir: each committed checkpoint is also copied,
     in the background, to SHARED_DIR/step-N/rank-R.safetensors, keeping the
     newest `keep`; load() falls back to it when the local store has nothing.
     A copy that fails (a full file system, say) leaves the local checkpoint
     as it is and later steps are still copied; the failure is raised once, as
     CopyoutError, by the next save()/save_async() (before it starts anything),
     wait_copyout() or close().
+
+    sharing: who else may use the directories.  "private" (the default): the
+    ramdisk directory (made 0700 if missing) and shared_dir (made 0700, its
+    steps 0700, files 0600) must be the user's own and not writable by its
+    group or others, and neither may be a symbolic link; otherwise
+    UnsafePathError, before anything is written or loaded: whoever can write
+    there could change a checkpoint without its checksums telling.  "group":
+    directories shared on purpose are accepted as they are, and what the
+    copy-out makes is group-readable (0750, 0640).  Either way the pool file
+    is 0600, never opened through a link, and another user's file under its
+    name is refused (UnsafePathError).
 
     writer_policy: "batch" (the library's default) or "idle": the pipeline's
     writer threads and the copier run SCHED_IDLE, so they take only CPU time
@@ -81,7 +92,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
                  gpu_source="direct", group=None, size=None, verify_sources=False,
-                 copyout_every=1, writer_policy="batch"):
+                 copyout_every=1, writer_policy="batch", sharing="private"):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -99,13 +110,20 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.copyout_every = int(copyout_every)
         if writer_policy not in ("batch", "idle"):
             raise ValueError("writer_policy must be 'batch' or 'idle'")
+        if sharing not in ("private", "group"):
+            raise ValueError("sharing must be 'private' or 'group'")
+        self.sharing = sharing
         self.writer_policy = writer_policy
         self.size = int(size) if size is not None else 0
         self.verify_sources = bool(verify_sources)
         self.name = name
         self.path = os.fspath(path) if path is not None else None
         self._resolved = None
-        self.ramdisk_dir = (ramdisk if isinstance(ramdisk, (str, os.PathLike)) else "/dev/shm") \
+        # The ramdisk directory given, or None for the user's own default (checked by
+        # the library as the default is); ramdisk_dir names it either way.
+        self._ramdisk_given = os.fspath(ramdisk) if path is None and isinstance(
+            ramdisk, (str, os.PathLike)) else None
+        self.ramdisk_dir = (self._ramdisk_given or _lib.default_ramdisk_dir()) \
             if path is None else None
         self.shared_dir = os.fspath(shared_dir) if shared_dir is not None else None
         self.keep = keep
