@@ -181,9 +181,15 @@ int pmck__safetensors_write_slot(const struct pmck_store *s, unsigned k, uint64_
 		const char *path, unsigned rank, unsigned world_size, mode_t mode,
 		void (*progress)(void *, uint64_t, uint64_t, uint64_t), void *arg, uint64_t *bytes,
 		struct pmck_copyout_failure *why);
-/* safetensors.c: pmck_safetensors_import; with exact_step the file's own step must be `step`. */
+/*
+ * safetensors.c: pmck_safetensors_import; exact_step: a copy-out step's file,
+ * whose own step must be `step` and which is not read through a symbolic link.
+ */
 int pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, int exact_step);
-/* safetensors.c: the layout hash in the __metadata__ of a pmckpt file; -ENOENT if it has none. */
+/*
+ * safetensors.c: the layout hash in the __metadata__ of a copy-out step's
+ * file (not read through a link); -ENOENT if it has none.
+ */
 int pmck__safetensors_layout(const char *path, uint64_t *hash);
 /* safetensors.c: fsync of a directory, so a rename or unlink in it is durable. */
 int pmck__fsync_dir(const char *dir);

@@ -368,20 +368,29 @@ meta_u64(json_object *meta, const char *key, int base, uint64_t *v)
 	return errno || *end ? -1 : 0;
 }
 
-/* Maps and validates a safetensors file; every offset is checked before use. */
+/*
+ * Maps and validates a safetensors file; every offset is checked before
+ * use.  Only a regular file is read (a fifo is not waited on: O_NONBLOCK);
+ * a copy-out step's file (`shared`) is never read through a symbolic link.
+ */
 static int
-st_open(const char *path, struct st_file *f)
+st_open(const char *path, struct st_file *f, int shared)
 {
 	struct stat st;
 	uint64_t hlen;
 
 	memset(f, 0, sizeof(*f));
 	f->path = path;
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (shared ? O_NOFOLLOW : 0));
+	if (f->fd < 0 && errno == ELOOP && shared)
+		return pma__err(-ELOOP, "%s is a symbolic link: a copy-out file is not read through "
+				"one", path);
 	if (f->fd < 0)
 		return pma__err(-errno, "open %s: %s", path, strerror(errno));
 	if (fstat(f->fd, &st))
 		return pma__err(-errno, "stat %s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return pma__err(-EINVAL, "%s is not a regular file", path);
 	f->size = (size_t)st.st_size;
 	if (f->size < 8)
 		return BAD(f, "%zu bytes: truncated (no header length)", path, f->size);
@@ -509,7 +518,7 @@ int
 pmck_safetensors_verify(const char *path, struct pmck_file_info *info)
 {
 	struct st_file f;
-	int ret = st_open(path, &f);
+	int ret = st_open(path, &f, 0);
 
 	for (size_t i = 0; !ret && i < f.n; i++)
 		if (f.t[i].has_checksum &&
@@ -527,7 +536,7 @@ int
 pmck__safetensors_layout(const char *path, uint64_t *hash)
 {
 	struct st_file f;
-	int ret = st_open(path, &f);
+	int ret = st_open(path, &f, 1); /* a copy-out step's rank-0 file */
 
 	if (!ret && !f.has_layout)
 		ret = pma__err(-ENOENT, "%s carries no layout_hash", path);
@@ -558,7 +567,7 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 	struct pmck_ckpt *c = NULL;
 	uint32_t n = s->hdr->ntensors;
 	int64_t *map = NULL;
-	int ret = st_open(path, &f);
+	int ret = st_open(path, &f, exact_step);
 
 	if (ret)
 		goto out;
@@ -651,7 +660,7 @@ pmck_safetensors_layout(const char *path, struct pmck_tensor_desc **out, size_t 
 		return pma__err(-EINVAL, "pmck_safetensors_layout: path, out and count are required");
 	*out = NULL;
 	*count = 0;
-	if ((ret = st_open(path, &f)))
+	if ((ret = st_open(path, &f, 0)))
 		goto out;
 	if (f.n == 0) {
 		ret = pma__err(PMCK_E_LAYOUT, "%s holds no tensor", path);

@@ -107,10 +107,16 @@ json_u64(json_object *root, const char *key, uint64_t *v)
 static void
 read_marker(const char *dir, uint64_t step, const char *path, struct pmck__marker *m)
 {
-	json_object *root = json_object_from_file(path), *o;
+	/* Only a regular file, not through a link, and a fifo is not waited on. */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	json_object *root = fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) ?
+			json_object_from_fd(fd) : NULL, *o;
 	uint64_t v;
 	char file[PATH_MAX];
 
+	if (fd >= 0)
+		close(fd);
 	memset(m, 0, sizeof(*m));
 	if (!root || !json_object_is_type(root, json_type_object)) {
 		json_object_put(root);

@@ -369,6 +369,15 @@ main(void)
 	pmck_copyout_delete(&co);
 	ok(still_blank("/dev/shm/root-dir/blank", TARGET_BYTES, 0, 0600), "the link's target is "
 			"unchanged");
+	/* A marker is not read through a link: the step's marker counts as unreadable. */
+	ok(rename("/dev/shm/co-private/step-000000000008/COMPLETE", "/dev/shm/root-dir/marker") == 0 &&
+	   symlink("/dev/shm/root-dir/marker", "/dev/shm/co-private/step-000000000008/COMPLETE") == 0,
+			"step 8's COMPLETE replaced by a link to the same marker");
+	struct pmck_copyout_listing *ls = NULL;
+	ok(pmck_copyout_list("/dev/shm/co-private", &ls) == 0 && ls->nsteps == 2 &&
+	   ls->steps[1].step == 8 && !ls->steps[1].marker_ok && ls->steps[0].marker_ok,
+			"listed: step 7's marker read, step 8's (a link) unreadable");
+	pmck_copyout_listing_free(&ls);
 	pmck_local_close(&l);
 
 	/* 7. Two users on one node, each with a default store: neither opens the other's. */

@@ -11,7 +11,8 @@ from ctypes import byref, c_int, c_void_p
 from . import _lib
 from ._lib import lib, check
 from ._state import META_NAME, Layout
-from .errors import CopyoutError, Error, LayoutError, PMA_E_NOT_POOL, error_for
+from .errors import CopyoutError, Error, LayoutError, PMA_E_NOT_POOL, PMA_E_UNSAFE, \
+    UnsafePathError, error_for
 from ._pipeline import _tasks
 
 
@@ -168,6 +169,17 @@ class _Backend:
         if rc in (0, _lib.ENOENT):
             return None
         return error_for(rc, f"shared_dir: {_lib.errormsg() or _lib.strerror(rc)}")
+
+    def _check_shared_dir(self):
+        """Raises _shared_dir_problem() before anything reads shared_dir.  With a group
+        this is collective: every rank raises if any rank must, so none is left waiting."""
+        unsafe = self._shared_dir_problem()
+        if self._coll is not None and self._coll.allreduce(1 if unsafe else 0, _lib.REDUCE_MAX):
+            raise unsafe or UnsafePathError(
+                f"another rank refused shared_dir {self.shared_dir} (see its message): nothing "
+                "read", PMA_E_UNSAFE)
+        if unsafe is not None:
+            raise unsafe
 
     def _copyout_failure(self, wait=False):
         """The copy-out failure not reported yet (a CopyoutError), or None; taken: it

@@ -8,8 +8,8 @@ from ctypes import byref
 
 from . import _lib
 from ._lib import lib
-from .errors import NoCheckpointError, PMA_E_UNSAFE, PMCK_E_NONE_USABLE, PMCK_E_NO_CHECKPOINT, \
-    PMCK_E_WORLD_SIZE, UnsafePathError, WorldSizeError, error_for
+from .errors import NoCheckpointError, PMCK_E_NONE_USABLE, PMCK_E_NO_CHECKPOINT, \
+    PMCK_E_WORLD_SIZE, WorldSizeError, error_for
 
 
 class _MultiRank:
@@ -48,8 +48,8 @@ class _MultiRank:
         if self._h is None:
             self._h = self._open_existing()
         foreign = 0
-        unsafe = self._shared_dir_problem()
-        if self._h is None and self.shared_dir and unsafe is None:
+        self._check_shared_dir()  # collective
+        if self._h is None and self.shared_dir:
             from .safetensors import newest_shared_file, layout_of_file, shared_steps
             steps = shared_steps(self.shared_dir)
             if steps and steps[0][2] != self.world_size:
@@ -60,10 +60,6 @@ class _MultiRank:
                 if path is not None:
                     self._open_write(layout_of_file(path))
         # Collective from here on: a rank with nothing must not leave the others waiting.
-        if self._coll.allreduce(1 if unsafe is not None else 0, _lib.REDUCE_MAX):
-            raise unsafe or UnsafePathError(
-                f"another rank refused shared_dir {self.shared_dir} (see its message): "
-                "nothing recovered", PMA_E_UNSAFE)
         foreign = self._coll.allreduce(foreign, _lib.REDUCE_MAX)
         if foreign:
             raise WorldSizeError(

@@ -81,9 +81,7 @@ class _Recovery:
             self._finish(self._inflight)
         if self._coll is not None:
             return self._recover_global()
-        unsafe = self._shared_dir_problem()
-        if unsafe is not None:
-            raise unsafe
+        self._check_shared_dir()
         if self._h is None:
             self._h = self._open_existing()
         if self._h is None:

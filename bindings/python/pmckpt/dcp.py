@@ -420,6 +420,7 @@ class StorageReader(_storage.StorageReader):
             return self._want, local if local and local.step == self._want else None
         if local is not None:
             return local.step, local
+        self.store._check_shared_dir()
         steps = complete_steps(self.store.shared_dir)
         if not steps:
             raise NoCheckpointError(
@@ -430,6 +431,7 @@ class StorageReader(_storage.StorageReader):
     def _choose_group(self):
         from .safetensors import newest_shared_file
         s = self.store
+        s._check_shared_dir()  # collective, before any rank reads shared_dir
         with s._lock:
             if s._h is None:
                 s._h = s._open_existing()
