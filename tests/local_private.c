@@ -204,7 +204,13 @@ main(void)
 {
 	if (geteuid() != 0)
 		skip_all("needs root: it plants files as other users (nobody)");
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	/*
+	 * Private mounts first, so that the tmpfs never propagates out of this
+	 * namespace: the whole tree, or (in a chroot, whose root is no mount
+	 * point) the /dev/shm mount the new one is stacked on.
+	 */
+	if (unshare(CLONE_NEWNS) || (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) &&
+				     mount(NULL, "/dev/shm", NULL, MS_PRIVATE, NULL)) ||
 	    mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777,size=512m"))
 		skip_all("needs a mount namespace of its own (unshare, mount tmpfs on /dev/shm)");
 	umask(022);

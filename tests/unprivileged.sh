@@ -19,11 +19,16 @@ if [ "$(id -u)" != 0 ]; then
 	echo "1..0 # SKIP not root: every test of the suite already runs as this unprivileged user"
 	exit 0
 fi
+# Private mounts first, so that nothing mounted here propagates out of the namespace: the
+# whole tree (PMCK_ROOT_PRIVATE), or in a chroot, whose root is no mount point, the /dev/shm
+# mount the new tmpfs is stacked on.
+NS='if mount --make-rprivate / 2>/dev/null; then export PMCK_ROOT_PRIVATE=1; fi
+{ [ -n "${PMCK_ROOT_PRIVATE:-}" ] || mount --make-private /dev/shm; } &&
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm'
 if [ -z "${PMCK_UNPRIV_NS:-}" ]; then
-	unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs tmpfs /dev/shm' 2>/dev/null ||
+	unshare -m sh -c "$NS" 2>/dev/null ||
 		{ echo "1..0 # SKIP needs a mount namespace of its own (unshare -m, mount)"; exit 0; }
-	PMCK_UNPRIV_NS=1 exec unshare -m sh -c \
-		'mount --make-rprivate / && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$0"' "$0"
+	PMCK_UNPRIV_NS=1 exec unshare -m sh -c "$NS && exec \"\$0\"" "$0"
 fi
 
 T=$(mktemp -d /var/tmp/pmck-unpriv-XXXXXX) || exit 1
@@ -50,8 +55,11 @@ mode() { stat -c %a "$1" 2>/dev/null; }
 # reach PATH: lets nobody pass the directories on the way to PATH, in this mount
 # namespace alone.  The interpreter may lie where nobody cannot pass (pyenv under
 # /root, 0700): the first such directory is covered by a tmpfs (0755) that holds
-# only the way on (a bind of its next component).  Fails if that is not enough.
+# only the way on (a bind of its next component); only where the whole tree is
+# private to this namespace, so that no mount reaches the host.  Fails if that is
+# not enough.
 reach() {
+	[ "${PMCK_ROOT_PRIVATE:-}" = 1 ] || { as_nobody test -r "$1"; return; }
 	dir=
 	for c in $(echo "${1#/}" | tr / ' '); do
 		if ! as_nobody test -x "$dir/" 2>/dev/null; then
