@@ -2,9 +2,10 @@
 # unprivileged.sh -- a part of the suite as a user who is not root (nobody):
 # the demo in its default, private directory; the pmckpt CLI's create, list,
 # verify and export on that user's own pool, and the modes of what they make;
+# pmbench on its own region file, pmctl list, ddioctl on a simulated platform;
 # the Python binding's store tests and a Store() in the default directory.
-# What needs root (provisioning namespaces, DDIO) is not here: pmctl and
-# ddioctl say so themselves.
+# What needs root (provisioning namespaces, changing DDIO on a real root port)
+# is not here: pmctl and ddioctl say so themselves.
 #
 # Run as root, it stages the tools, libraries and the binding in a directory
 # that nobody can read (the clone may sit where nobody cannot, under /root),
@@ -35,8 +36,8 @@ T=$(mktemp -d /var/tmp/pmck-unpriv-XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
 chmod 755 "$T"
 mkdir -p "$T/bin" "$T/home"
-cp "$B/pmck-demo" "$B/pmckpt" "$B/libpmckpt.so.0" "$B/libpmalloc.so.0" "$B/libpmalloc_ns.so.0" \
-	"$T/bin/" || exit 1
+cp "$B/pmck-demo" "$B/pmckpt" "$B/pmbench" "$B/pmctl" "$B/ddioctl" "$B/libpmckpt.so.0" \
+	"$B/libpmalloc.so.0" "$B/libpmalloc_ns.so.0" "$T/bin/" || exit 1
 cp -r "$root/bindings/python" "$T/python" || exit 1
 chown -R nobody "$T/home"
 chmod -R a+rX "$T"
@@ -108,6 +109,24 @@ mkdir -m 700 /dev/shm/pmckpt-0 && cp "$P" /dev/shm/pmckpt-0/root.pool
 as_nobody "$T/bin/pmckpt" list --pool /dev/shm/pmckpt-0/root.pool > "$T/denied.log" 2>&1
 [ $? != 0 ] && grep -q "Permission denied" "$T/denied.log"
 ok $? "root's pool in root's directory: nobody is denied ($(head -c 120 "$T/denied.log"))"
+
+# The other tools: pmbench on nobody's own region file; pmctl list as root sees it;
+# ddioctl on a simulated platform (changing DDIO on a real root port needs root).
+as_nobody "$T/bin/pmbench" --region "$D/bench" --size 16M --sizes 64,4K --threads 1 \
+	--time-ms 5 --no-gpu --no-latency --out "$T/home/pm" > "$T/pmbench.log" 2>&1
+ok $? "pmbench as nobody"
+[ -s "$T/home/pm.csv" ] && [ -s "$T/home/pm.json" ]
+ok $? "its CSV and JSON written"
+"$T/bin/pmctl" list > "$T/pmctl.root" 2>&1
+rc_root=$?
+as_nobody "$T/bin/pmctl" list > "$T/pmctl.nobody" 2>&1
+rc=$?
+[ $rc = $rc_root ] && cmp -s "$T/pmctl.root" "$T/pmctl.nobody"
+ok $? "pmctl list as nobody says what it says as root (exit $rc)"
+as_nobody "$T/bin/ddioctl" --simulate "$T/home/sim" --platform skylake-sp > "$T/sim.log" 2>&1 &&
+	as_nobody "$T/bin/ddioctl" status --sysfs "$T/home/sim/sys" --dev "$T/home/sim/dev" --json \
+	> "$T/ddio.log" 2>&1
+ok $? "ddioctl --simulate and status as nobody"
 
 if ! py=$("$root/tools/python-env"); then
 	echo "Bail out! tools/python-env could not provide a Python with torch"
