@@ -76,7 +76,7 @@ reach() {
 }
 owner() { stat -c %U "$1" 2>/dev/null; }
 
-D=/dev/shm/pmckpt-65534
+D=/dev/shm/pmckpt-$(id -u nobody)
 as_nobody "$T/bin/pmck-demo" --steps 10 --every 5 --layers 1 --vocab 2000 --keep > "$T/demo.log" 2>&1
 rc=$?
 ok $rc "nobody runs pmck-demo (exit $rc)"
