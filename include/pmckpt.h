@@ -555,7 +555,7 @@ int pmck_local_pool_size(const struct pmck_tensor_desc *descs, size_t n, uint64_
 /*
  * pmck_local_default_dir -- writes the ramdisk directory used when
  * ramdisk_dir is NULL into buf: "/dev/shm/pmckpt-<uid>" for the effective
- * uid, one per user.  Errors: -ENAMETOOLONG (len too short).
+ * uid, one per user.  Errors: -EINVAL (buf NULL), -ENAMETOOLONG (len too short).
  */
 int pmck_local_default_dir(char *buf, size_t len);
 

@@ -81,7 +81,9 @@ pmck__rmdir_made(const char *dir, const char *first_made)
 int
 pmck_local_default_dir(char *buf, size_t len)
 {
-	int n = buf ? snprintf(buf, len, "/dev/shm/pmckpt-%u", (unsigned)geteuid()) : -1;
+	if (!buf)
+		return pma__err(-EINVAL, "pmck_local_default_dir: a buffer is required");
+	int n = snprintf(buf, len, "/dev/shm/pmckpt-%u", (unsigned)geteuid());
 	if (n < 0 || (size_t)n >= len)
 		return pma__err(-ENAMETOOLONG, "pmck_local_default_dir: a buffer of %zu bytes is too "
 				"short", len);
@@ -138,6 +140,7 @@ dir_problem(const char *dir, struct stat *st, char *why, size_t len)
 int
 pmck__dir_ready(const char *dir, unsigned flags, const char *advice, char *made, size_t made_size)
 {
+	mode_t mode = PMCK__MODE_DIR(flags & PMCK_DIR_GROUP);
 	char why[512];
 	struct stat st;
 	int ret = 0;
@@ -145,12 +148,11 @@ pmck__dir_ready(const char *dir, unsigned flags, const char *advice, char *made,
 	if (made && made_size)
 		made[0] = '\0';
 	if (flags & PMCK__DIR_UNCHECKED)
-		return flags & PMCK_DIR_CREATE ? pmck__mkdir_p(dir, flags & PMCK_DIR_GROUP ? 0750 : 0700,
-				made, made_size) : 0;
+		return flags & PMCK_DIR_CREATE ? pmck__mkdir_p(dir, mode, made, made_size) : 0;
 	ret = dir_problem(dir, &st, why, sizeof(why));
 	if (ret == -ENOENT && (flags & PMCK_DIR_CREATE)) {
 		/* Made here, 0700 (0750 for a group): the caller's own, as the check below confirms. */
-		ret = pmck__mkdir_p(dir, flags & PMCK_DIR_GROUP ? 0750 : 0700, made, made_size);
+		ret = pmck__mkdir_p(dir, mode, made, made_size);
 		if (!ret)
 			ret = dir_problem(dir, &st, why, sizeof(why));
 	}
