@@ -22,14 +22,15 @@ if [ "$(id -u)" != 0 ]; then
 fi
 # Private mounts first, so that nothing mounted here propagates out of the namespace: the
 # whole tree (PMCK_ROOT_PRIVATE), or in a chroot, whose root is no mount point, the /dev/shm
-# mount the new tmpfs is stacked on.
+# mount the new tmpfs is stacked on (hence --propagation unchanged: unshare's own default,
+# making / private, fails there).
 NS='if mount --make-rprivate / 2>/dev/null; then export PMCK_ROOT_PRIVATE=1; fi
 { [ -n "${PMCK_ROOT_PRIVATE:-}" ] || mount --make-private /dev/shm; } &&
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm'
 if [ -z "${PMCK_UNPRIV_NS:-}" ]; then
-	unshare -m sh -c "$NS" 2>/dev/null ||
+	unshare -m --propagation unchanged sh -c "$NS" 2>/dev/null ||
 		{ echo "1..0 # SKIP needs a mount namespace of its own (unshare -m, mount)"; exit 0; }
-	PMCK_UNPRIV_NS=1 exec unshare -m sh -c "$NS && exec \"\$0\"" "$0"
+	PMCK_UNPRIV_NS=1 exec unshare -m --propagation unchanged sh -c "$NS && exec \"\$0\"" "$0"
 fi
 
 T=$(mktemp -d /var/tmp/pmck-unpriv-XXXXXX) || exit 1
