@@ -97,6 +97,7 @@ class UnsafePathError(Error, PermissionError):
     another user's.  Nothing was written.  Store(sharing="group") accepts a
     directory shared on purpose (the files in it must still be the caller's)."""
 
+    # Defined here so that OSError does not read (message, code) as (errno, strerror).
     def __init__(self, message, code=None):
         Error.__init__(self, message, code)
 
