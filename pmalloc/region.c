@@ -108,16 +108,14 @@ check_own_file(int fd, const char *path)
 static int
 open_path(const char *path, int oflags, unsigned flags, int *fd)
 {
-	char target[256];
+	char link[300];
 
 	*fd = open(path, oflags | O_CLOEXEC | (flags & PMA_REGION_NOFOLLOW ? O_NOFOLLOW : 0), 0600);
 	if (*fd >= 0 || errno != ELOOP || !(flags & PMA_REGION_NOFOLLOW))
 		return 0;
-	ssize_t n = readlink(path, target, sizeof(target) - 1);
-	target[n > 0 ? n : 0] = '\0';
-	return pma__err(PMA_E_UNSAFE, "%s is a symbolic link%s%s: refused, not followed (whoever "
-			"made it chooses what would be written); remove it", path, n > 0 ? " to " : "",
-			target);
+	owner_link_describe(path, link, sizeof(link));
+	return pma__err(PMA_E_UNSAFE, "%s is %s: refused, not followed (whoever made it chooses "
+			"what would be written); remove it", path, link);
 }
 
 /*

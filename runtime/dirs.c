@@ -78,18 +78,6 @@ pmck__rmdir_made(const char *dir, const char *first_made)
 	}
 }
 
-int
-pmck_local_default_dir(char *buf, size_t len)
-{
-	if (!buf)
-		return pma__err(-EINVAL, "pmck_local_default_dir: a buffer is required");
-	int n = snprintf(buf, len, "/dev/shm/pmckpt-%u", (unsigned)geteuid());
-	if (n < 0 || (size_t)n >= len)
-		return pma__err(-ENAMETOOLONG, "pmck_local_default_dir: a buffer of %zu bytes is too "
-				"short", len);
-	return 0;
-}
-
 /*
  * What makes dir unsafe to keep checkpoints in, into why ("" if nothing):
  * a symbolic link, no directory, another owner, write access for group or
@@ -100,7 +88,7 @@ pmck_local_default_dir(char *buf, size_t len)
 static int
 dir_problem(const char *dir, struct stat *st, char *why, size_t len)
 {
-	char target[256] = "", who[128], me[128];
+	char link[300], who[128], me[128];
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	why[0] = '\0';
@@ -114,17 +102,18 @@ dir_problem(const char *dir, struct stat *st, char *why, size_t len)
 	} else if (lstat(dir, st)) {
 		return pma__err(-errno, "%s: %s", dir, strerror(errno));
 	}
-	owner_describe(st->st_uid, who, sizeof(who));
-	owner_describe(geteuid(), me, sizeof(me));
+	/* Names are looked up (NSS) only for a refusal that shows them. */
 	if (S_ISLNK(st->st_mode)) {
-		ssize_t n = readlink(dir, target, sizeof(target) - 1);
-		target[n > 0 ? n : 0] = '\0';
-		snprintf(why, len, "is a symbolic link%s%s (not followed: whoever made it chooses "
-				"where checkpoints would go)", n > 0 ? " to " : "", target);
+		owner_link_describe(dir, link, sizeof(link));
+		snprintf(why, len, "is %s (not followed: whoever made it chooses where checkpoints "
+				"would go)", link);
 	} else if (!S_ISDIR(st->st_mode)) {
+		owner_describe(st->st_uid, who, sizeof(who));
 		snprintf(why, len, "is not a directory (owner %s, mode %04o)", who,
 				(unsigned)(st->st_mode & 07777));
 	} else if (st->st_uid != geteuid()) {
+		owner_describe(st->st_uid, who, sizeof(who));
+		owner_describe(geteuid(), me, sizeof(me));
 		snprintf(why, len, "is owned by %s and you are %s, mode %04o: its owner could "
 				"read and replace checkpoints in it", who, me,
 				(unsigned)(st->st_mode & 07777));

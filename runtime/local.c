@@ -36,6 +36,18 @@ pmck_local_pool_size(const struct pmck_tensor_desc *d, size_t n, uint64_t *size)
 	return ret;
 }
 
+int
+pmck_local_default_dir(char *buf, size_t len)
+{
+	if (!buf)
+		return pma__err(-EINVAL, "pmck_local_default_dir: a buffer is required");
+	int n = snprintf(buf, len, "/dev/shm/pmckpt-%u", (unsigned)geteuid());
+	if (n < 0 || (size_t)n >= len)
+		return pma__err(-ENAMETOOLONG, "pmck_local_default_dir: a buffer of %zu bytes is too "
+				"short", len);
+	return 0;
+}
+
 /*
  * Does the file start with a pool's magic? (read, not mapped: it may be too
  * short to map).  Only a regular file reached without a link counts; a fifo

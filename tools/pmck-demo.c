@@ -437,12 +437,12 @@ main(int argc, char **argv)
 	 * under a predictable name in the world-writable /dev/shm itself.
 	 */
 	if (!path) {
-		if (pmck_local_default_dir(default_path, sizeof(default_path) - 16) ||
-		    pmck_dir_check(default_path, PMCK_DIR_CREATE)) {
+		char dir[PATH_MAX - 32];
+		if (pmck_local_default_dir(dir, sizeof(dir)) || pmck_dir_check(dir, PMCK_DIR_CREATE)) {
 			fprintf(stderr, "pmck-demo: %s\n", pmck_errormsg());
 			return 1;
 		}
-		strcat(default_path, "/pmck-demo.pool");
+		snprintf(default_path, sizeof(default_path), "%s/pmck-demo.pool", dir);
 		path = default_path;
 	}
 	if (steps < every) {

@@ -276,10 +276,12 @@ user2)
 		--store imported
 	check "uid 65534: pmckpt export" user $PMCKPT export --pool "$dev" --store imported \
 		--out /tmp/u/back.safetensors
-	if cmp /tmp/u/back.safetensors $REF >/tmp/out 2>&1; then
-		ok "uid 65534's export is bit-exact, its file 0600: $(stat -c %a /tmp/u/back.safetensors)"
+	if cmp /tmp/u/back.safetensors $REF >/tmp/out 2>&1 &&
+	   [ "$(stat -c %a /tmp/u/back.safetensors)" = 600 ]; then
+		ok "uid 65534's export is bit-exact, its file 0600"
 	else
-		nok "uid 65534's export is bit-exact"
+		echo "mode $(stat -c %a /tmp/u/back.safetensors)" >>/tmp/out
+		nok "uid 65534's export is bit-exact, its file 0600"
 		sed 's/^/PMCKPT-TAP: #   /' /tmp/out
 	fi
 	check "uid 65534: pmck-demo on the device" user $DEMO --path "$dev" --vocab 1000 \

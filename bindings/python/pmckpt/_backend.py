@@ -158,22 +158,18 @@ class _Backend:
                   f"copy-out to {self.shared_dir}")
             self._apply_policy(before, 1)
 
-    def _shared_dir_problem(self):
-        """Why shared_dir must not be read (an UnsafePathError, or the error of looking
-        at it), or None: a directory that another user could write holds checkpoints
-        anyone could have put there.  A missing one is no problem (nothing to read);
-        sharing="group" accepts it as it is.  The copier checks it again when it starts."""
-        if not self.shared_dir or self.sharing == "group":
-            return None
-        rc = lib.pmck_dir_check(self.shared_dir.encode(), 0)
-        if rc in (0, _lib.ENOENT):
-            return None
-        return error_for(rc, f"shared_dir: {_lib.errormsg() or _lib.strerror(rc)}")
-
     def _check_shared_dir(self):
-        """Raises _shared_dir_problem() before anything reads shared_dir.  With a group
-        this is collective: every rank raises if any rank must, so none is left waiting."""
-        unsafe = self._shared_dir_problem()
+        """Before anything reads shared_dir: raises UnsafePathError (or the error of
+        looking at it) if another user could write it, since it could then hold
+        checkpoints anyone put there.  A missing one is fine (nothing to read), and
+        sharing="group" accepts it as it is; the copier checks it again when it
+        starts.  With a group this is collective: every rank raises if any rank
+        must, so none is left waiting."""
+        unsafe = None
+        if self.shared_dir and self.sharing != "group":
+            rc = lib.pmck_dir_check(self.shared_dir.encode(), 0)
+            if rc not in (0, _lib.ENOENT):
+                unsafe = error_for(rc, f"shared_dir: {_lib.errormsg() or _lib.strerror(rc)}")
         if self._coll is not None and self._coll.allreduce(1 if unsafe else 0, _lib.REDUCE_MAX):
             raise unsafe or UnsafePathError(
                 f"another rank refused shared_dir {self.shared_dir} (see its message): nothing "
