@@ -933,7 +933,11 @@ int pmck_safetensors_layout(const char *path, struct pmck_tensor_desc **descs, s
 
 /* ------------------------------------------------- two-tier recovery */
 
-enum pmck_tier { PMCK_TIER_LOCAL = 0, PMCK_TIER_SHARED = 1 };
+enum pmck_tier {
+	PMCK_TIER_LOCAL = 0,   /* this rank's own store (PM or ramdisk) */
+	PMCK_TIER_SHARED = 1,  /* its file in the copy-out directory */
+	PMCK_TIER_PARTNER = 2, /* its partner copy, held by a rank on another node (pmck_partner_new) */
+};
 
 /*
  * Rejections.  Every recovery (pmck_store_recover, pmck_store_recover_step,
@@ -1068,6 +1072,29 @@ struct pmck_collectives {
 	 */
 	int (*iallreduce_u64_start)(void *ctx, uint64_t value, enum pmck_reduce_op op, void **req);
 	int (*iallreduce_u64_test)(void *ctx, void *req, int wait, int *done, uint64_t *result);
+	/*
+	 * The members below serve partner copies and are read by
+	 * pmck_partner_new alone (pmck_global_new reads the struct only up to
+	 * here, so programs built against the older, shorter struct keep
+	 * working).  Leave them NULL without partner copies.
+	 *
+	 * Optional allgather: all[r] receives rank r's value (size entries).
+	 * NULL: pmck_partner_new gathers with `size` allreduce-max calls.
+	 */
+	int (*allgather_u64)(void *ctx, uint64_t value, uint64_t *all);
+	/*
+	 * Required for partner copies: sends slen bytes of sbuf to rank dst
+	 * while receiving rlen bytes from rank src into rbuf, returning when
+	 * both are done; 0 or a negative error.  A half of length 0 is
+	 * skipped, and pmckpt then makes the peer skip the matching half too.
+	 * It is called from pmckpt's partner thread (and, during
+	 * pmck_global_recover, from the caller's), concurrently with the
+	 * reductions above on other threads: MPI needs MPI_THREAD_MULTIPLE
+	 * (libpmckpt_mpi leaves it NULL below that), torch.distributed a
+	 * group of its own.
+	 */
+	int (*sendrecv)(void *ctx, unsigned dst, const void *sbuf, size_t slen, unsigned src,
+			void *rbuf, size_t rlen);
 };
 
 struct pmck_global;
@@ -1173,6 +1200,134 @@ struct pmck_global_recovery {
  */
 int pmck_global_recover(struct pmck_global *g, const char *shared_dir,
 		struct pmck_global_recovery *out);
+
+/* ---------------------------------------------------- partner copies */
+
+/*
+ * A lost node takes its ramdisk or PM with it.  Partner copies keep each
+ * rank's checkpoint also in the memory of a rank on another node, sent in
+ * the background through the job's own transport (the collectives'
+ * sendrecv), so that a replacement node recovers the newest step from the
+ * partners, without a shared file system.
+ *
+ * Placement: every rank says which node it is on (pmck_partner_opts.node:
+ * from the launcher, e.g. pmck_mpi_node, LOCAL_WORLD_SIZE, or explicit).
+ * Nodes are numbered by their lowest rank, ranks within a node by rank.
+ * When all k >= 2 nodes have the same number of ranks, local rank i of
+ * node n sends to local rank i of node (n + 1 + i mod (k - 1)) mod k: a
+ * node's ranks spread their copies over the other nodes, and every rank
+ * holds exactly one partner copy.  Otherwise the ranks, listed node by
+ * node, send to the rank `largest node size` places further along (a
+ * cyclic shift, so still one each), which leaves every node when no node
+ * holds more than half of the ranks; else pmck_partner_new fails on every
+ * rank.  The rule depends on the node grouping alone: a job restarted with
+ * the same grouping finds its copies where it left them.
+ *
+ * A round: each step, right after its commit (pmck_global_commit,
+ * pmck_global_note_commit, or a global pipeline's writer), the committed
+ * slot is pinned (begin does not overwrite it) and queued; the partner
+ * thread sends it to the target and,
+ * at the same time, receives the source's step into a two-slot store it
+ * holds for the source, <dir>/pmckpt-<name>.partner-of-<R>.pool (in the
+ * next of ceil(keep / 2) stores; the newest `keep` copies stay sealed).
+ * The receiver writes the data straight into its slot, flushes it, and
+ * seals it only if every tensor's checksum equals the sender's committed
+ * one; it then confirms to the sender.  Every rank runs every round, also
+ * when its own commit failed (it then sends nothing for that step), so
+ * the sendrecv calls always pair.  The group's agreement on the step
+ * starts when its round has ended, and counts the step as committed only
+ * where the round succeeded: so a step is global only when every rank
+ * committed it and every partner copy of it is sealed, and every rank's
+ * two local slots keep the newest such step (docs/multirank.md).  A round
+ * that takes longer than a training step delays the next begin.
+ *
+ * Recovery (pmck_global_recover with a partner attached): each holder
+ * verifies the copies it holds and tells their owner which steps verify;
+ * those are candidates of the owner's, tried after its local slots and
+ * before the shared directory.  A rank that loads from its partner
+ * receives the step into its own store (checksums compared before the
+ * seal), and out->tier says PMCK_TIER_PARTNER.
+ */
+struct pmck_partner;
+
+struct pmck_partner_opts {
+	/* This rank's node: ranks with equal values share a node (hostname hash, launcher rank). */
+	uint64_t node;
+	/*
+	 * Where this rank keeps the copies it holds for others: a ramdisk
+	 * directory (NULL: the caller's own, /dev/shm/pmckpt-<uid>), or PM
+	 * through pm_dir, a directory on fsdax.  Checked and made as for
+	 * pmck_local_open (private unless PMCK_LOCAL_SHARED_DIR in flags).
+	 */
+	const char *ramdisk_dir;
+	const char *pm_dir;
+	const char *store_name; /* this rank's store name, for the file names; NULL: "default" */
+	/*
+	 * 0 or 1: every step.  Larger values are refused (-EINVAL): a
+	 * survivor's two local slots could not keep the step that the
+	 * partners of a lost node hold.
+	 */
+	unsigned every;
+	unsigned keep;          /* newest copies kept per partner, 1..PMCK_PARTNER_KEEP_MAX; 0: 2 */
+	unsigned flags;         /* PMCK_LOCAL_SHARED_DIR */
+};
+#define PMCK_PARTNER_KEEP_MAX 8
+
+/* Counters of a partner tier since pmck_partner_new. */
+struct pmck_partner_stats {
+	uint64_t rounds;        /* rounds run */
+	uint64_t sent;          /* copies of this rank's steps the target sealed (confirmed) */
+	int64_t confirmed_step; /* newest of them, -1: none */
+	uint64_t received;      /* copies sealed for the source */
+	int64_t held_step;      /* newest of them, -1: none */
+	uint64_t rejected;      /* copies received that failed the sender's checksums (not sealed) */
+	uint64_t bytes_sent, bytes_received;
+	uint64_t busy_ns;       /* time the partner thread spent in rounds */
+	unsigned target, source;/* the ranks this one sends to and holds copies of */
+};
+
+/*
+ * pmck_partner_new -- gives the group g a partner tier (collective: every
+ * rank of g calls it, after pmck_global_new and before
+ * pmck_global_recover).  coll: the collectives given to pmck_global_new,
+ * with sendrecv (and optionally allgather_u64) filled in; copied.  Gathers the ranks' nodes, places the copies (see
+ * above; every rank computes the same placement), opens or creates the
+ * stores this rank holds for its source, with g's layout, and starts the
+ * partner thread.  From then on g's commits start rounds and
+ * pmck_global_recover tries the partner tier.  g must outlive *out.
+ * Errors (on every rank alike where they come from the placement):
+ * -EINVAL (all ranks on one node; a node with more than half the ranks;
+ * bad options; collectives without sendrecv), those of pmck_local_open for
+ * the held stores (PMA_E_UNSAFE, PMCK_E_LAYOUT, PMA_E_BUSY) and of the
+ * collectives.
+ */
+int pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *coll,
+		const struct pmck_partner_opts *opts, struct pmck_partner **out);
+
+/*
+ * pmck_partner_delete -- waits for the queued rounds (they need the
+ * peers: every rank deletes its tier at the same point), stops the thread,
+ * closes the held stores and detaches the tier from its group.
+ */
+void pmck_partner_delete(struct pmck_partner **p);
+
+/*
+ * pmck_partner_wait -- waits until every queued round has ended; returns
+ * the first failure since the last check (and clears it), or 0.  A failed
+ * round loses one copy, not the local checkpoint: the next round sends
+ * the next step.  Errors: the round's, e.g. the transport's, or
+ * PMCK_E_CORRUPT (a received copy failed the sender's checksums).
+ */
+int pmck_partner_wait(struct pmck_partner *p);
+
+void pmck_partner_stats(struct pmck_partner *p, struct pmck_partner_stats *st);
+
+/*
+ * pmck_partner_place -- the placement rule on its own: target[r] for
+ * every rank r of a job whose rank r is on node[r] (n ranks).  Errors:
+ * -EINVAL with a message (one node; a node with more than half the ranks).
+ */
+int pmck_partner_place(const uint64_t *node, unsigned n, unsigned *target);
 
 /*
  * pmck_tensor_checksum -- the checksum pmckpt stores for len bytes:

@@ -244,6 +244,12 @@ pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs, unsigned threa
 int
 pmck_ckpt_commit(struct pmck_ckpt *c)
 {
+	return pmck__ckpt_commit_expect(c, NULL);
+}
+
+int
+pmck__ckpt_commit_expect(struct pmck_ckpt *c, const uint64_t *expect)
+{
 	int ret = check_live(c);
 	if (ret)
 		return ret;
@@ -269,9 +275,18 @@ pmck_ckpt_commit(struct pmck_ckpt *c)
 	 * outside a global job) and one checksum per tensor, still unsealed:
 	 * the seal (point 3) covers them all.
 	 */
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		csum[i] = pmck__combine(&s->chunk_hash[s->chunk_first[i]],
 				s->chunk_first[i + 1] - s->chunk_first[i]);
+		/* A copy from elsewhere (a partner) is sealed only if it is what was sent. */
+		if (expect && csum[i] != expect[i]) {
+			s->in_flight = 0; /* aborted: the slot stays unsealed since begin */
+			return pma__err(PMCK_E_CORRUPT, "step %llu: tensor '%s' arrived with checksum "
+					"%016llx, the sender committed %016llx: not sealed",
+					(unsigned long long)c->step, s->tmap[i].name,
+					(unsigned long long)csum[i], (unsigned long long)expect[i]);
+		}
+	}
 	slot->step = c->step;
 	slot->world = s->world_tag;
 #ifdef PMCK_TRACE_FAULT_SEAL_EARLY
@@ -300,6 +315,16 @@ pmck_ckpt_commit(struct pmck_ckpt *c)
 	pma_region_persist(s->region, &slot->seal, sizeof(slot->seal));
 	s->in_flight = 0;
 	return 0;
+}
+
+void
+pmck__slot_unseal(struct pmck_store *s, unsigned k)
+{
+	/* Persist point: the slot no longer counts as a checkpoint (as begin's first step). */
+	__atomic_store_n(&s->slot[k]->seal, 0, __ATOMIC_RELEASE);
+	pma_region_persist(s->region, &s->slot[k]->seal, sizeof(uint64_t));
+	if ((int)k == s->readable_slot)
+		s->readable_slot = -1;
 }
 
 void

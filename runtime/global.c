@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,32 @@ struct pmck_global {
 	 */
 	pthread_mutex_t lock;
 	int pending;          /* an agreement was started and not completed */
+	/*
+	 * With partner copies the agreement on a step starts only once its
+	 * round has ended (pmck__global_offer, on the partner thread): the
+	 * step is global only when every rank committed it and every partner
+	 * copy of it is sealed.  Until then the pending agreement is deferred.
+	 */
+	int deferred;
+	pthread_cond_t offered;
 	uint64_t pending_step;
 	uint64_t offer;       /* this rank's part: committed step + 1, else last_global + 1 */
 	void *req;
 	int64_t last_global;  /* newest step known committed everywhere, -1: none */
 	int broken;           /* an agreement failed in the collectives: begin refuses until recover */
+	struct pmck_partner *partner; /* partner copies (pmck_partner_new), NULL: none */
 };
+
+struct pmck_store *pmck__global_store(struct pmck_global *g) { return g->store; }
+const struct pmck_collectives *pmck__global_coll(struct pmck_global *g) { return &g->c; }
+
+void
+pmck__global_set_partner(struct pmck_global *g, struct pmck_partner *p)
+{
+	pthread_mutex_lock(&g->lock);
+	g->partner = p;
+	pthread_mutex_unlock(&g->lock);
+}
 
 static int
 reduce(struct pmck_global *g, uint64_t *v, enum pmck_reduce_op op)
@@ -55,9 +76,11 @@ pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
 	if (!g)
 		return pma__err(-ENOMEM, "out of memory");
 	g->store = s;
-	g->c = *coll;
+	/* The members before allgather_u64 only: older programs pass the shorter struct. */
+	memcpy(&g->c, coll, offsetof(struct pmck_collectives, allgather_u64));
 	g->last_global = -1;
 	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->offered, NULL);
 
 	/* Every rank runs the same four reductions, whatever it finds: no rank can hang. */
 	uint64_t size_min = coll->size, size_max = coll->size;
@@ -78,6 +101,7 @@ pmck_global_new(struct pmck_store *s, const struct pmck_collectives *coll,
 				hash_min, hash_max, pmck_store_layout_hash(s));
 	if (ret) {
 		pthread_mutex_destroy(&g->lock);
+		pthread_cond_destroy(&g->offered);
 		free(g);
 		return ret;
 	}
@@ -94,6 +118,7 @@ pmck_global_delete(struct pmck_global **gp)
 		return;
 	(*gp)->store->world_tag = 0;
 	pthread_mutex_destroy(&(*gp)->lock);
+	pthread_cond_destroy(&(*gp)->offered);
 	free(*gp);
 	*gp = NULL;
 }
@@ -114,6 +139,14 @@ settle_locked(struct pmck_global *g, int wait)
 				g->pending_step);
 	if (!g->pending)
 		return 0;
+	if (g->deferred && !wait)
+		return 0; /* its partner round is still running */
+	while (g->deferred)
+		pthread_cond_wait(&g->offered, &g->lock);
+	if (g->broken)
+		return pma__err(-EIO, "starting the agreement on step %" PRIu64 " failed: recover "
+				"with pmck_global_recover", g->pending_step);
+	v = g->offer;
 	if (g->c.iallreduce_u64_start) {
 		int done = 0;
 		ret = g->c.iallreduce_u64_test(g->c.ctx, g->req, wait, &done, &v);
@@ -202,6 +235,11 @@ pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed)
 	g->offer = committed ? step + 1 : (uint64_t)(g->last_global + 1);
 	g->pending = 1;
 	g->pending_step = step;
+	if (g->partner) {
+		/* Offered when its partner round has ended (pmck__global_offer). */
+		g->deferred = 1;
+		goto out;
+	}
 	if (g->c.iallreduce_u64_start) {
 		ret = g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req);
 		if (ret) {
@@ -210,9 +248,30 @@ pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed)
 			ret = pma__err(ret, "starting the agreement on step %" PRIu64 " failed", step);
 		}
 	}
-out:
+out:;
+	struct pmck_partner *partner = g->deferred ? g->partner : NULL;
 	pthread_mutex_unlock(&g->lock);
+	/* Its partner copy, in the background (every rank runs every round, committed or not). */
+	if (partner)
+		ret = pmck__partner_submit(partner, step, committed);
 	return ret;
+}
+
+void
+pmck__global_offer(struct pmck_global *g, uint64_t step, int ok)
+{
+	pthread_mutex_lock(&g->lock);
+	if (!ok)
+		g->offer = (uint64_t)(g->last_global + 1);
+	if (g->c.iallreduce_u64_start &&
+	    g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req)) {
+		g->pending = 0;
+		g->broken = 1;
+		pma__err(-EIO, "starting the agreement on step %" PRIu64 " failed", step);
+	}
+	g->deferred = 0;
+	pthread_cond_broadcast(&g->offered);
+	pthread_mutex_unlock(&g->lock);
 }
 
 int
@@ -249,6 +308,8 @@ pmck_global_agreed(struct pmck_global *g)
 
 struct candidates {
 	int64_t local[2];  /* sealed steps of the slots, -1 none (or another world size's) */
+	int64_t partner[PMCK_PARTNER_KEEP_MAX]; /* steps this rank's holder verified for it */
+	size_t npartner;
 	struct pmck__steps shared;
 	char *cand;        /* shared step i is a candidate */
 	int have_shared;
@@ -263,9 +324,13 @@ shared_file(const struct pmck_global *g, const char *dir, uint64_t step, char *p
 	return pmck__step_path(path, len, dir, step, leaf);
 }
 
+/* Where a rank loads the agreed step from (can_produce). */
+enum { FROM_NONE = 0, FROM_LOCAL = 1, FROM_SHARED = 2, FROM_PARTNER = 3 };
+
 /*
- * Can this rank produce `step`: 1 from a verifying local slot, 2 from a
- * complete, verified shared file, 0 not.  Every candidate it rejects is
+ * Can this rank produce `step`: FROM_LOCAL from a verifying local slot,
+ * FROM_PARTNER from a copy its holder verified, FROM_SHARED from a
+ * complete, verified shared file, FROM_NONE not (tiers in that order).  Every candidate it rejects is
  * listed (pmck_store_rejections); *damaged says that its shared file of
  * the step is missing or fails verification (the step is to be
  * quarantined).  local_why receives why a local slot of the step failed.
@@ -283,20 +348,23 @@ can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd,
 		if (cd->local[k] != (int64_t)step)
 			continue;
 		if (pmck__store_recover_step(g->store, step, &rec) == 0)
-			return 1;
+			return FROM_LOCAL;
 		const struct pmck_rejection *r = pmck_store_rejections(g->store, &n0);
 		snprintf(local_why, why_len, "%s", r && n0 ? r[n0 - 1].reason : pmck_errormsg());
 	}
+	for (size_t i = 0; i < cd->npartner; i++)
+		if (cd->partner[i] == (int64_t)step)
+			return FROM_PARTNER;
 	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++) {
 		if (cd->shared.step[i] != (int64_t)step || !cd->cand[i])
 			continue;
 		int bad = pmck__file_check(dir, step, g->c.rank, why, sizeof(why));
 		if (bad == 0)
-			return 2;
+			return FROM_SHARED;
 		*damaged = bad == 1;
 		pmck__reject(g->store, g->c.rank, PMCK_TIER_SHARED, step, "%s", why);
 	}
-	return 0;
+	return FROM_NONE;
 }
 
 /* Newest step below `below` (encoded) that this rank might produce; NONE if none. */
@@ -308,6 +376,9 @@ newest_below(const struct candidates *cd, uint64_t below)
 		if (cd->local[k] >= 0 && (uint64_t)cd->local[k] + 1 < below &&
 		    (uint64_t)cd->local[k] + 1 > best)
 			best = (uint64_t)cd->local[k] + 1;
+	for (size_t i = 0; i < cd->npartner; i++)
+		if ((uint64_t)cd->partner[i] + 1 < below && (uint64_t)cd->partner[i] + 1 > best)
+			best = (uint64_t)cd->partner[i] + 1;
 	for (size_t i = 0; cd->have_shared && i < cd->shared.n; i++)
 		if (cd->cand[i] && (uint64_t)cd->shared.step[i] + 1 < below &&
 		    (uint64_t)cd->shared.step[i] + 1 > best)
@@ -412,6 +483,12 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	g->broken = 0;
 	pthread_mutex_unlock(&g->lock);
 	uint64_t found, foreign = find_candidates(g, dir, &cd, &found);
+	pthread_mutex_lock(&g->lock);
+	struct pmck_partner *partner = g->partner;
+	pthread_mutex_unlock(&g->lock);
+	/* Every rank with a partner tier (all or none): which copies do the holders verify? */
+	if (partner && (ret = pmck__partner_offer(partner, cd.partner, &cd.npartner)) == 0)
+		found += cd.npartner;
 
 	/*
 	 * Before anything is loaded, discarded or removed: is the newest
@@ -420,7 +497,8 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	 * Also: did any rank see a candidate at all (for the error code)?
 	 */
 	uint64_t any_foreign = foreign;
-	ret = reduce(g, &any_foreign, PMCK_REDUCE_MAX);
+	if (!ret)
+		ret = reduce(g, &any_foreign, PMCK_REDUCE_MAX);
 	if (!ret)
 		ret = reduce(g, &found, PMCK_REDUCE_MAX);
 	if (!ret && any_foreign)
@@ -463,7 +541,8 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		if ((ret = reduce(g, &who, PMCK_REDUCE_MIN)) || (ret = reduce(g, &dmg, PMCK_REDUCE_MAX)))
 			break;
 		if (source)
-			pmck__reject(g->store, g->c.rank, source == 1 ? PMCK_TIER_LOCAL : PMCK_TIER_SHARED,
+			pmck__reject(g->store, g->c.rank, source == FROM_LOCAL ? PMCK_TIER_LOCAL :
+					source == FROM_PARTNER ? PMCK_TIER_PARTNER : PMCK_TIER_SHARED,
 					agreed - 1, "rank %" PRIu64 " cannot produce it", who);
 		if (dmg && ndamaged < dcap) {
 			dstep[ndamaged] = agreed - 1;
@@ -474,7 +553,22 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 			break;
 		agreed = next;
 	}
-	if (!ret && agreed == NONE)
+	/*
+	 * Nothing agreed: name a rank that has nothing left at all, and the
+	 * rank that held its partner copy (every rank reduces, so all can say it).
+	 */
+	uint64_t lost = UINT64_MAX;
+	if (!ret && agreed == NONE && found && partner) {
+		lost = newest_below(&cd, UINT64_MAX) == NONE ? g->c.rank : UINT64_MAX;
+		ret = reduce(g, &lost, PMCK_REDUCE_MIN);
+	}
+	if (!ret && agreed == NONE && lost != UINT64_MAX)
+		ret = pma__err(PMCK_E_NONE_USABLE, "rank %" PRIu64 " lost both its local store and its "
+				"partner copy (held by rank %u)%s: no step can be produced by every rank",
+				lost, pmck__partner_target_of(partner, (unsigned)lost),
+				cd.have_shared ? ", and the shared directory has none of its files" :
+				", and no shared directory was given");
+	else if (!ret && agreed == NONE)
 		ret = pma__err(found ? PMCK_E_NONE_USABLE : PMCK_E_NO_CHECKPOINT,
 				"%s (rank %u has local steps %lld/%lld%s)", found ?
 				"checkpoints exist but no step can be produced by every rank" :
@@ -485,9 +579,23 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 
 	/* Load it: newer local slots were never global and are discarded first. */
 	struct pmck_recovery rec;
+	int agreed_ok = !ret; /* alike on every rank: the partner exchange below pairs */
 	if (!ret)
 		ret = pmck_store_discard_after(g->store, step);
-	if (!ret && source == 1) {
+	if (agreed_ok && partner) {
+		/* Every rank takes part: holders send, owners that need it receive. */
+		int pret = pmck__partner_restore(partner, !ret && source == FROM_PARTNER ? step + 1 : 0,
+				step);
+		if (!ret && pret)
+			ret = pret;
+	}
+	if (!ret && source == FROM_PARTNER) {
+		ret = pmck__store_recover_step(g->store, step, &rec);
+		out->tier = PMCK_TIER_PARTNER;
+		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the partner copy on "
+				"rank %u (%.180s)", step, pmck__partner_target_of(partner, g->c.rank),
+				local_why[0] ? local_why : "no local slot holds it");
+	} else if (!ret && source == FROM_LOCAL) {
 		ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);

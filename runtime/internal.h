@@ -163,6 +163,15 @@ uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nb
  * someone else (a GPU); flush them and hash them.  Chunk-aligned like write_range. */
 int pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
 
+/*
+ * commit.c: pmck_ckpt_commit, refusing to seal (PMCK_E_CORRUPT, the
+ * checkpoint aborted) unless every tensor's checksum equals expect[i]
+ * (NULL: no comparison).  For copies received from elsewhere.
+ */
+int pmck__ckpt_commit_expect(struct pmck_ckpt *c, const uint64_t *expect);
+/* commit.c: durably unseals slot k (a partner copy beyond `keep`). */
+void pmck__slot_unseal(struct pmck_store *s, unsigned k);
+
 /* commit.c: the slot the next begin writes, and the newest good step (-1: none). */
 unsigned pmck__begin_target(struct pmck_store *s, int64_t *newest_step);
 /* commit.c: keep slot k from being overwritten (counted), and release it. */
@@ -339,5 +348,40 @@ int pmck__quarantine_step(const char *dir, uint64_t step, const char *what, char
 
 /* Completes the agreement in flight (global.c): pmck_global_begin without the begin. */
 int pmck__global_complete(struct pmck_global *g);
+
+/*
+ * global.c <-> partner.c.  A group's store and collectives, and the partner
+ * tier attached to it (NULL: none; set by pmck_partner_new, cleared by
+ * pmck_partner_delete).
+ */
+struct pmck_store *pmck__global_store(struct pmck_global *g);
+const struct pmck_collectives *pmck__global_coll(struct pmck_global *g);
+void pmck__global_set_partner(struct pmck_global *g, struct pmck_partner *p);
+/*
+ * global.c: starts the deferred agreement on `step` once its partner round
+ * ended; ok: this rank committed it and the round succeeded (its copy
+ * sealed by the target, the source's sealed here), else the step is not
+ * offered as committed.
+ */
+void pmck__global_offer(struct pmck_global *g, uint64_t step, int ok);
+/* partner.c: queues the round of `step` (committed: this rank sealed it); it then offers it. */
+int pmck__partner_submit(struct pmck_partner *p, uint64_t step, int committed);
+/*
+ * partner.c, during pmck_global_recover (collective over the group): each
+ * holder verifies the copies it holds and tells their owner; steps[] gets
+ * the steps this rank's holder verified for it (*n of them, at most
+ * PMCK_PARTNER_KEEP_MAX), and this store's rejections list what either
+ * side rejected.
+ */
+int pmck__partner_offer(struct pmck_partner *p, int64_t *steps, size_t *n);
+/*
+ * partner.c, collective: every holder sends its owner the step the owner
+ * asks for (need: step + 1, 0: nothing), straight into the owner's store,
+ * sealed only with the holder's checksums.  Then every holder drops the
+ * copies it holds newer than `agreed` (never global).
+ */
+int pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed);
+/* partner.c: the rank holding rank's copies (for messages). */
+unsigned pmck__partner_target_of(const struct pmck_partner *p, unsigned rank);
 
 #endif

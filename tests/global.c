@@ -20,7 +20,8 @@
 
 /* ------------------------------------------------------------ ranks */
 
-static struct world world = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, 0, RANKS};
+static struct world world = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, 0, RANKS,
+		{{{0}}}};
 static struct pmck_tensor_desc desc = {.name = "w", .dtype = PMCK_DTYPE_U8, .ndim = 1,
 		.shape = {BYTES}};
 static char dir[512];

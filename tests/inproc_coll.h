@@ -24,17 +24,28 @@ struct round {
 	unsigned arrived, left; /* contributions; ranks that have not read the result */
 };
 
+#define MAX_RANKS 8 /* ranks of a world that uses sendrecv */
+
+/* A message from one rank to another, posted by sendrecv until its receiver took it. */
+struct mailbox {
+	const void *buf;
+	size_t len;
+	int full;
+};
+
 struct world {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct round round[ROUNDS];
 	int fail_tests; /* completing a reduction fails (a dead peer, say) */
 	unsigned size;  /* ranks in this world */
+	struct mailbox box[MAX_RANKS][MAX_RANKS]; /* [from][to] */
 };
 
 struct member {
 	struct world *w;
 	uint64_t seq; /* this rank's next reduction: every rank issues them in one order */
+	unsigned rank; /* for sendrecv (inproc_partner_collectives sets it) */
 };
 
 static inline int
@@ -96,6 +107,43 @@ barrier(void *ctx)
 	return allreduce(ctx, &v, PMCK_REDUCE_MIN);
 }
 
+/*
+ * sendrecv: posts the send, takes the receive (its length must be what was
+ * sent: -EPROTO otherwise, as a truncated MPI receive), then waits until
+ * the send was taken.  A half of length 0 is skipped.
+ */
+static inline int
+inproc_sendrecv(void *ctx, unsigned dst, const void *sbuf, size_t slen, unsigned src, void *rbuf,
+		size_t rlen)
+{
+	struct member *m = ctx;
+	struct world *w = m->w;
+	struct mailbox *out = &w->box[m->rank][dst], *in = &w->box[src][m->rank];
+	int ret = 0;
+
+	pthread_mutex_lock(&w->lock);
+	if (slen) {
+		while (out->full)
+			pthread_cond_wait(&w->cond, &w->lock);
+		*out = (struct mailbox){sbuf, slen, 1};
+		pthread_cond_broadcast(&w->cond);
+	}
+	if (rlen) {
+		while (!in->full)
+			pthread_cond_wait(&w->cond, &w->lock);
+		if (in->len != rlen)
+			ret = -EPROTO;
+		else
+			memcpy(rbuf, in->buf, rlen);
+		in->full = 0;
+		pthread_cond_broadcast(&w->cond);
+	}
+	while (slen && out->full && out->buf == sbuf)
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
 /* The collectives of member m of a world. */
 static inline struct pmck_collectives
 inproc_collectives(struct member *m, unsigned rank)
@@ -103,6 +151,16 @@ inproc_collectives(struct member *m, unsigned rank)
 	return (struct pmck_collectives){.ctx = m, .rank = rank, .size = m->w->size,
 			.allreduce_u64 = allreduce, .barrier = barrier,
 			.iallreduce_u64_start = iar_start, .iallreduce_u64_test = iar_test};
+}
+
+/* The collectives of member m, with sendrecv for partner copies (no allgather: the fallback). */
+static inline struct pmck_collectives
+inproc_partner_collectives(struct member *m, unsigned rank)
+{
+	struct pmck_collectives c = inproc_collectives(m, rank);
+	m->rank = rank;
+	c.sendrecv = inproc_sendrecv;
+	return c;
 }
 
 /*
