@@ -67,7 +67,7 @@ endif
 .DEFAULT_GOAL := all
 CONFIG     := $(BUILD)/config.mk
 GOALS      := $(or $(MAKECMDGOALS),all)
-TEST_GOALS := check check-vm bench soak soak-mpi soak-dist tests python-env
+TEST_GOALS := check check-vm bench soak soak-mpi soak-partner soak-dist tests python-env
 NEED_CONFIG := $(filter-out clean check-fresh,$(GOALS))
 ifneq ($(NEED_CONFIG),)
 include $(CONFIG)
@@ -401,6 +401,10 @@ soak: all tests
 soak-mpi: all tests
 	MPI_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/mpi_multirank.sh
 
+# Partner-copy kill trials under mpirun: a lost node recovered from its partners (about 2 s each).
+soak-partner: all tests
+	PARTNER_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/mpi_partner.sh
+
 # Multi-rank kill trials under torch.distributed (gloo, 3 processes; about 8 s each).
 soak-dist: all python-env
 	PMCK_DIST_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_dist.sh
@@ -449,6 +453,7 @@ bench: all
 	$(BUILD)/pmck-bench
 	$(BUILD)/pmck-pipebench
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/mpibench.sh)
+	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/partnerbench.sh)
 	BUILD=$(BUILD) bindings/python/bench/run.sh
 	BENCH=bench_train.py BUILD=$(BUILD) bindings/python/bench/run.sh --quick
 
@@ -481,6 +486,6 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all tests check soak soak-mpi soak-dist demo bench install clean
+.PHONY: all tests check soak soak-mpi soak-partner soak-dist demo bench install clean
 .PHONY: check-vm
 .SECONDARY:

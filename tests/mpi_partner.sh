@@ -1,0 +1,62 @@
+#!/bin/bash
+# mpi_partner.sh -- partner copies under mpirun: 4 ranks as 2 nodes of this machine, each
+# node a ramdisk directory of its own, no shared directory.  Each trial kills one node's
+# ranks with SIGKILL at a random moment (then the rest), deletes that node's directory
+# (its stores and the partner copies it held), and restarts all 4 ranks: every rank must
+# recover the same step, bit-exact, never older than the last step rank 0 logged as
+# globally committed, the lost node's ranks from their partners.
+# PARTNER_TRIALS=N sets the number of trials (default 10; make soak-partner TRIALS=N).
+B=${BUILD:-build}
+PROG=$B/tests/mpi/mpi_partner
+TRIALS=${PARTNER_TRIALS:-10}
+if ! command -v mpirun >/dev/null || [ ! -x "$PROG" ]; then
+	echo "1..0 # SKIP no mpirun or $PROG (build with MPI=1 and libopenmpi-dev)"
+	exit 0
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+SLOW=1
+if nm "$PROG" 2>/dev/null | grep -q '__asan_init\|__tsan_init'; then
+	export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+	SLOW=3
+	TRIALS=${PARTNER_TRIALS:-4}
+fi
+MPIRUN="mpirun -np 4 --oversubscribe"
+DIR=$(mktemp -d /dev/shm/pmck-partner.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+echo "1..$((TRIALS + 1))"
+n=0
+bad=0
+partner_seen=0
+for t in $(seq 1 "$TRIALS"); do
+	rm -f "$DIR"/pid.*
+	$MPIRUN "$PROG" run "$DIR" >"$DIR/run.log" 2>&1 &
+	mpipid=$!
+	sleep "$(awk -v s=$RANDOM -v k=$SLOW 'BEGIN { srand(s); printf "%.3f", k * (0.6 + rand() * 1.2) }')"
+	lost=$((t % 2))
+	kill -9 $(cat "$DIR/pid.$((2 * lost))" "$DIR/pid.$((2 * lost + 1))" 2>/dev/null) 2>/dev/null
+	kill -9 $(cat "$DIR"/pid.* 2>/dev/null) $mpipid 2>/dev/null
+	wait $mpipid 2>/dev/null
+	pkill -9 -f "$PROG run $DIR" 2>/dev/null
+	rm -rf "$DIR/node$lost"
+	last=$(tail -n 1 "$DIR/global.log" 2>/dev/null)
+	out=$($MPIRUN "$PROG" recover "$DIR" 2>&1)
+	steps=$(echo "$out" | sed -n 's/^rank [0-9] step \([0-9]*\) tier [a-z]* ok$/\1/p' | sort -u)
+	n=$((n + 1))
+	if [ "$(echo "$out" | grep -c ' ok$')" = 4 ] && [ "$(echo "$steps" | wc -l)" = 1 ] &&
+	   [ "$steps" -ge "${last:-0}" ] &&
+	   [ "$(echo "$out" | grep -c "^rank [$((2 * lost))$((2 * lost + 1))] step .* tier partner ok")" = 2 ]; then
+		partner_seen=$((partner_seen + 1))
+		echo "ok $n - trial $t: node $lost lost; last global step ${last:-none}, every rank recovered $steps, node $lost's ranks from their partners"
+	elif [ -z "$last" ] && [ "$(echo "$out" | grep -c '^rank [0-9] none')" = 4 ]; then
+		echo "ok $n - trial $t: node $lost lost before any global step; no rank recovered anything"
+	else
+		bad=$((bad + 1))
+		echo "not ok $n - trial $t: node $lost lost; last global step ${last:-none}"
+		echo "$out" | sed 's/^/# /'
+		sed 's/^/# run: /' "$DIR/run.log" | tail -5
+	fi
+done
+n=$((n + 1))
+[ $partner_seen -gt 0 ] && echo "ok $n - $partner_seen of $TRIALS trials recovered a lost node from its partners" ||
+	echo "not ok $n - no trial recovered a lost node from its partners"
+exit 0
