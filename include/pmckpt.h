@@ -1174,6 +1174,13 @@ struct pmck_global_recovery {
  * newer steps, and (rank 0) removes newer, incomplete steps from
  * shared_dir.  out->reason says where the step came from and why (a local
  * slot that failed verification is named, not taken for "no local copy").
+ * With a partner tier (pmck_partner_new) the copies that each rank's
+ * partner verified are candidates too, tried after the local slots and
+ * before shared_dir; a rank that needs one receives it into its store
+ * (out->tier PMCK_TIER_PARTNER), and every holder drops the copies it
+ * holds newer than the agreed step.  When no step can be agreed and some
+ * rank has nothing left, the message names it and the rank that held its
+ * partner copy.
  *
  * Rejections (pmck_store_rejections on the group's store): each rank lists
  * its own rejected candidates, and every step the group passed over that

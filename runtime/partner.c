@@ -202,6 +202,14 @@ open_held(struct pmck_partner *p, const struct pmck_partner_opts *o)
 
 static void *partner_thread(void *arg);
 
+/* The newest step sealed in a held store, -1: none. */
+static int64_t
+held_newest(const struct pmck_store *h)
+{
+	int64_t a = pmck_store_slot_step(h, 0), b = pmck_store_slot_step(h, 1);
+	return a > b ? a : b;
+}
+
 static void
 release(struct pmck_partner *p)
 {
@@ -300,13 +308,9 @@ pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *c,
 		release(p);
 		return ret;
 	}
-	for (unsigned j = 0; j < p->nheld; j++) {
-		int64_t st0 = pmck_store_slot_step(p->held[j].l.store, 0),
-			st1 = pmck_store_slot_step(p->held[j].l.store, 1);
-		int64_t newest = st0 > st1 ? st0 : st1;
-		if (newest > p->stats.held_step)
-			p->stats.held_step = newest;
-	}
+	for (unsigned j = 0; j < p->nheld; j++)
+		if (held_newest(p->held[j].l.store) > p->stats.held_step)
+			p->stats.held_step = held_newest(p->held[j].l.store);
 	pmck__global_set_partner(g, p);
 	*out = p;
 	return 0;
@@ -409,9 +413,7 @@ next_held(struct pmck_partner *p)
 	unsigned best = 0;
 	int64_t best_step = INT64_MAX;
 	for (unsigned j = 0; j < p->nheld; j++) {
-		struct pmck_store *h = p->held[j].l.store;
-		int64_t a = pmck_store_slot_step(h, 0), b = pmck_store_slot_step(h, 1);
-		int64_t newest = a > b ? a : b;
+		int64_t newest = held_newest(p->held[j].l.store);
 		if (newest < best_step) {
 			best_step = newest;
 			best = j;

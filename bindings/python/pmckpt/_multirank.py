@@ -83,7 +83,7 @@ class _MultiRank:
             raise self._recovery_error(rc, f"recovery of {self.world_size} ranks: "
                                        f"{message(self._coll, _lib.errormsg() or _lib.strerror(rc))}")
         self._check_global(rc, f"recovery of {self.world_size} ranks")
-        self.last_recovery = {"step": rec.step, "tier": "shared" if rec.tier else "local",
+        self.last_recovery = {"step": rec.step, "tier": ("local", "shared", "partner")[rec.tier],
                               "reason": rec.reason.decode()}
         self._report_rejections(rec.step)
         self._newest = rec.step

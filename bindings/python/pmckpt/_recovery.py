@@ -42,7 +42,7 @@ def _rejections(store):
         return []
     n = ctypes.c_size_t(0)
     arr = fn(store, byref(n))
-    return [{"rank": arr[i].rank, "tier": "shared" if arr[i].tier else "local",
+    return [{"rank": arr[i].rank, "tier": ("local", "shared", "partner")[arr[i].tier],
              "step": arr[i].step, "reason": arr[i].reason.decode(errors="replace"),
              "quarantined": bool(arr[i].quarantined)} for i in range(n.value)]
 
