@@ -216,6 +216,19 @@ pmck_global_begin(struct pmck_global *g, uint64_t step, struct pmck_ckpt **out)
 	return ret ? ret : pmck_store_begin(g->store, step, out);
 }
 
+/* Starts the non-blocking agreement on g->offer, if the collectives have one. */
+static int
+start_locked(struct pmck_global *g, uint64_t step)
+{
+	int ret = g->c.iallreduce_u64_start ?
+		g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req) : 0;
+	if (!ret)
+		return 0;
+	g->pending = 0;
+	g->broken = 1;
+	return pma__err(ret, "starting the agreement on step %" PRIu64 " failed", step);
+}
+
 int
 pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed)
 {
@@ -240,14 +253,7 @@ pmck_global_note_commit(struct pmck_global *g, uint64_t step, int committed)
 		g->deferred = 1;
 		goto out;
 	}
-	if (g->c.iallreduce_u64_start) {
-		ret = g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req);
-		if (ret) {
-			g->pending = 0;
-			g->broken = 1;
-			ret = pma__err(ret, "starting the agreement on step %" PRIu64 " failed", step);
-		}
-	}
+	ret = start_locked(g, step);
 out:;
 	struct pmck_partner *partner = g->deferred ? g->partner : NULL;
 	pthread_mutex_unlock(&g->lock);
@@ -263,12 +269,7 @@ pmck__global_offer(struct pmck_global *g, uint64_t step, int ok)
 	pthread_mutex_lock(&g->lock);
 	if (!ok)
 		g->offer = (uint64_t)(g->last_global + 1);
-	if (g->c.iallreduce_u64_start &&
-	    g->c.iallreduce_u64_start(g->c.ctx, g->offer, PMCK_REDUCE_MIN, &g->req)) {
-		g->pending = 0;
-		g->broken = 1;
-		pma__err(-EIO, "starting the agreement on step %" PRIu64 " failed", step);
-	}
+	start_locked(g, step); /* a failure breaks g: the next begin reports it */
 	g->deferred = 0;
 	pthread_cond_broadcast(&g->offered);
 	pthread_mutex_unlock(&g->lock);
