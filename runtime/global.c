@@ -474,7 +474,7 @@ int
 pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_recovery *out)
 {
 	struct candidates cd = {0};
-	int ret;
+	int ret = 0;
 
 	memset(out, 0, sizeof(*out));
 	/* Every rank completes a request in flight; its outcome no longer matters. */
@@ -654,6 +654,17 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		pthread_mutex_lock(&g->lock);
 		g->last_global = (int64_t)step;
 		pthread_mutex_unlock(&g->lock);
+	}
+	if (!ret && partner) {
+		/*
+		 * Every rank (the barrier passed everywhere): the holders that lost
+		 * this rank's copy of the step (a replaced node's) get it again, in
+		 * the background, before the round of the next step.
+		 */
+		int held = 0;
+		for (size_t i = 0; i < cd.npartner; i++)
+			held |= cd.partner[i] == (int64_t)step;
+		pmck__partner_resend(partner, step, held);
 	}
 	return ret;
 }

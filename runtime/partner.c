@@ -38,8 +38,9 @@
 
 struct job {
 	uint64_t step;
-	int committed;
+	int committed;  /* data follows: this rank sealed the step (and, resent, its holder lacks it) */
 	unsigned slot;
+	int resend;     /* a copy sent again after recovery: the step is global already */
 };
 
 struct held {
@@ -341,12 +342,13 @@ pmck__partner_target_of(const struct pmck_partner *p, unsigned rank)
 
 /* --------------------------------------------------------------- rounds */
 
-int
-pmck__partner_submit(struct pmck_partner *p, uint64_t step, int committed)
+/* Queues a round of `step`; the slot it sends from stays pinned until the round ends. */
+static void
+queue_round(struct pmck_partner *p, uint64_t step, int send, int resend)
 {
 	struct pmck_store *s = p->store;
 	int slot = -1;
-	for (unsigned k = 0; committed && k < 2; k++)
+	for (unsigned k = 0; send && k < 2; k++)
 		if (pmck__sealed_step(s, k) == (int64_t)step)
 			slot = (int)k;
 	pthread_mutex_lock(&p->lock);
@@ -355,11 +357,24 @@ pmck__partner_submit(struct pmck_partner *p, uint64_t step, int committed)
 	/* Pinned before the caller can begin again: the next begin targets the other slot. */
 	if (slot >= 0)
 		pmck__slot_pin(s, (unsigned)slot);
-	p->queue[(p->head + p->len) % QUEUE] = (struct job){step, slot >= 0, slot >= 0 ? slot : 0};
+	p->queue[(p->head + p->len) % QUEUE] = (struct job){step, slot >= 0,
+			slot >= 0 ? (unsigned)slot : 0, resend};
 	p->len++;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+int
+pmck__partner_submit(struct pmck_partner *p, uint64_t step, int committed)
+{
+	queue_round(p, step, committed, 0);
 	return 0;
+}
+
+void
+pmck__partner_resend(struct pmck_partner *p, uint64_t step, int held)
+{
+	queue_round(p, step, !held, 1);
 }
 
 static int
@@ -568,9 +583,11 @@ partner_thread(void *arg)
 		 * Now the group may agree on the step: it is global only if every
 		 * rank committed it and every copy of it is sealed, so each
 		 * survivor of a lost node still holds (locally) the step the
-		 * partners hold for the lost ranks.
+		 * partners hold for the lost ranks.  A resent step is global
+		 * already: no agreement waits for it.
 		 */
-		pmck__global_offer(p->g, j.step, j.committed && ret == 0);
+		if (!j.resend)
+			pmck__global_offer(p->g, j.step, j.committed && ret == 0);
 
 		pthread_mutex_lock(&p->lock);
 		p->stats.rounds++;

@@ -7,7 +7,9 @@
  * partners, bit-exact, without a shared directory; a partner copy
  * corrupted on purpose rejected, recovery falling to the shared tier or to
  * an older step; a rank and its partner both lost: the shared tier, or a
- * refusal on every rank naming both.  (Kills and MPI: tests/mpi_partner.sh.)
+ * refusal on every rank naming both; the copies a replaced node lost sent
+ * again by recovery, so that losing the other node next loses nothing.
+ * (Kills and MPI: tests/mpi_partner.sh.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -194,11 +196,13 @@ sh(const char *fmt, const char *arg)
 		diag("failed: %s", cmd);
 }
 
-/* Node 1 is lost: its directory (its ranks' stores, the copies it held) is gone. */
+/* A node is lost: its directory (its ranks' stores, the copies it held) is gone. */
 static void
-lose_node1(void)
+lose_node(unsigned node)
 {
-	sh("rm -rf %s/node1", dir);
+	char nodedir[600];
+	snprintf(nodedir, sizeof(nodedir), "%s/node%u", dir, node);
+	sh("rm -rf %s", nodedir);
 }
 
 /* Flips a byte of the newest copy that rank 0 (node 0) holds for rank 2. */
@@ -291,7 +295,7 @@ main(void)
 	}
 
 	/* 2. Node 1 is lost: its ranks get step 6 from their partners, no shared directory. */
-	lose_node1();
+	lose_node(1);
 	struct phase p2 = {.shared = shared, .save_from = 7, .save_to = 8, .pipeline = 1};
 	run_phase(ranks, &p2);
 	for (unsigned i = 0; i < RANKS; i++) {
@@ -308,7 +312,7 @@ main(void)
 	}
 
 	/* 3. Node 1 lost again, and rank 2's newest partner copy damaged: the shared tier. */
-	lose_node1();
+	lose_node(1);
 	uint64_t bad = 0;
 	is_int(corrupt_held_copy_of_rank2(&bad), 0, "a byte of rank 2's partner copy flipped");
 	is_int(bad, 8, "in its newest copy, step 8");
@@ -328,9 +332,17 @@ main(void)
 			ranks[2].rejections);
 	ok(strstr(ranks[0].rejections, "held here for rank 2") != NULL,
 			"rank 0 lists the copy it holds as rejected: %s", ranks[0].rejections);
+	/* The holders that lost a copy of step 8 (node 1's, and rank 0's damaged one) get it again. */
+	for (unsigned i = 0; i < RANKS; i++)
+		ok(ranks[i].ret_wait == 0 && ranks[i].st.sent == (i == 3 ? 0u : 1u) &&
+		   ranks[i].st.confirmed_step == (i == 3 ? -1 : 8), "rank %u: step 8 %s (sent %llu, "
+				"confirmed %lld)", i, i == 3 ? "not sent again: rank 1 still holds it" :
+				"sent again to its holder after recovery", (unsigned long long)ranks[i].st.sent,
+				(long long)ranks[i].st.confirmed_step);
 
 	/* 4. The same without a shared directory: every rank on the older step 7. */
-	lose_node1();
+	lose_node(1);
+	is_int(corrupt_held_copy_of_rank2(&bad), 0, "rank 2's resent copy of step 8 damaged again");
 	struct phase p4 = {.save_from = 1, .save_to = 0};
 	run_phase(ranks, &p4);
 	for (unsigned i = 0; i < RANKS; i++) {
@@ -342,7 +354,7 @@ main(void)
 	is_int(ranks[2].rec.tier, PMCK_TIER_PARTNER, "rank 2: from its partner's older copy");
 
 	/* 5. Rank 2 and the rank holding its copy both lost: refused on every rank, naming both. */
-	lose_node1();
+	lose_node(1);
 	sh("rm -f %s/node0/pmckpt-rank0.partner-of-2.pool", dir);
 	struct phase p5 = {.save_from = 1, .save_to = 0};
 	run_phase(ranks, &p5);
@@ -355,7 +367,7 @@ main(void)
 	}
 
 	/* 6. The same with the shared directory: the shared tier's step 8. */
-	lose_node1();
+	lose_node(1);
 	sh("rm -f %s/node0/pmckpt-rank0.partner-of-2.pool", dir);
 	struct phase p6 = {.shared = shared, .save_from = 1, .save_to = 0};
 	run_phase(ranks, &p6);
@@ -366,6 +378,23 @@ main(void)
 		ok(r->exact, "rank %u: bit-exact", i);
 	}
 	is_int(ranks[2].rec.tier, PMCK_TIER_SHARED, "rank 2: from the shared tier");
+
+	/*
+	 * 7. Right after node 1 was replaced (phase 6 only recovered), node 0
+	 * is lost: its ranks' copies on node 1 exist only because recovery
+	 * sent them again.  No shared directory.
+	 */
+	lose_node(0);
+	struct phase p7 = {.save_from = 1, .save_to = 0};
+	run_phase(ranks, &p7);
+	for (unsigned i = 0; i < RANKS; i++) {
+		struct rank *r = &ranks[i];
+		is_int(r->ret_recover, 0, "rank %u: recovered after node 0 was lost too", i);
+		is_int(r->rec.step, 8, "rank %u: step 8", i);
+		is_int(r->rec.tier, NODE(i) ? PMCK_TIER_LOCAL : PMCK_TIER_PARTNER, "rank %u: from its "
+				"%s (%s)", i, NODE(i) ? "local store" : "partner", r->rec.reason);
+		ok(r->exact, "rank %u: bit-exact", i);
+	}
 
 	sh("rm -rf %s", dir);
 	return done_testing();
