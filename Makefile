@@ -409,6 +409,10 @@ soak-partner: all tests
 soak-dist: all python-env
 	PMCK_DIST_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_dist.sh
 
+# Partner-copy kill trials under torch.distributed (gloo, 4 processes as 2 nodes; about 10 s each).
+soak-partner-dist: all python-env
+	PMCK_PARTNER_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_partner.sh
+
 # Coverage-guided fuzzing (docs/fuzzing.md): the libraries and harnesses built
 # by afl-clang-fast into $(FUZZ_DIR)/build (FUZZ_ASAN=1: with ASan, $(FUZZ_DIR)/asan),
 # then each harness run FUZZ_S seconds, resuming its earlier findings.
@@ -486,6 +490,6 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all tests check soak soak-mpi soak-partner soak-dist demo bench install clean
+.PHONY: all tests check soak soak-mpi soak-partner soak-dist soak-partner-dist demo bench install clean
 .PHONY: check-vm
 .SECONDARY:

@@ -136,6 +136,9 @@ BARRIER_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
 IALLREDUCE_START_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_int, POINTER(c_void_p))
 IALLREDUCE_TEST_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_int, POINTER(c_int),
                                       POINTER(c_uint64))
+ALLGATHER_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, POINTER(c_uint64))
+SENDRECV_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint, c_void_p, c_size_t, c_uint, c_void_p,
+                               c_size_t)
 REDUCE_MIN, REDUCE_MAX = 0, 1
 
 
@@ -143,7 +146,25 @@ class Collectives(Structure):
     _fields_ = [("ctx", c_void_p), ("rank", c_uint), ("size", c_uint),
                 ("allreduce_u64", ALLREDUCE_FN), ("barrier", BARRIER_FN),
                 ("iallreduce_u64_start", IALLREDUCE_START_FN),
-                ("iallreduce_u64_test", IALLREDUCE_TEST_FN)]
+                ("iallreduce_u64_test", IALLREDUCE_TEST_FN),
+                # partner copies (read by pmck_partner_new alone)
+                ("allgather_u64", ALLGATHER_FN), ("sendrecv", SENDRECV_FN)]
+
+
+# struct pmck_partner_opts, struct pmck_partner_stats
+class PartnerOpts(Structure):
+    _fields_ = [("node", c_uint64), ("ramdisk_dir", c_char_p), ("pm_dir", c_char_p),
+                ("store_name", c_char_p), ("every", c_uint), ("keep", c_uint), ("flags", c_uint)]
+
+
+class PartnerStats(Structure):
+    _fields_ = [("rounds", c_uint64), ("sent", c_uint64), ("confirmed_step", c_int64),
+                ("received", c_uint64), ("held_step", c_int64), ("rejected", c_uint64),
+                ("bytes_sent", c_uint64), ("bytes_received", c_uint64), ("busy_ns", c_uint64),
+                ("target", c_uint), ("source", c_uint)]
+
+
+PARTNER_KEEP_MAX = 8
 
 
 class GlobalRecovery(Structure):
@@ -234,12 +255,21 @@ _PROTOS = {
     "pmck_store_discard_after": (c_int, [c_void_p, c_uint64]),
 }
 
+# Partner copies: a library older than them lacks these (Store(partner=...) then says so).
+_PARTNER = {
+    "pmck_partner_new": (c_int, [c_void_p, POINTER(Collectives), POINTER(PartnerOpts), vpp]),
+    "pmck_partner_delete": (None, [vpp]),
+    "pmck_partner_wait": (c_int, [c_void_p]),
+    "pmck_partner_stats": (None, [c_void_p, POINTER(PartnerStats)]),
+}
+
 _OPTIONAL = {
     # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmalloc_ns.h)
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
     # the candidates the last recovery rejected (a library without it reports none)
     "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
+    **_PARTNER,
 }
 
 

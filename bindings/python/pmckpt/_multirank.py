@@ -8,7 +8,8 @@ from ctypes import byref
 
 from . import _lib
 from ._lib import lib
-from .errors import NoCheckpointError, PMCK_E_NONE_USABLE, PMCK_E_NO_CHECKPOINT, \
+from ._state import Layout
+from .errors import Error, NoCheckpointError, PMCK_E_NONE_USABLE, PMCK_E_NO_CHECKPOINT, \
     PMCK_E_WORLD_SIZE, WorldSizeError, error_for
 
 
@@ -18,8 +19,9 @@ class _MultiRank:
     def _join_group(self, group, rank, world_size, name):
         """Store(group=...): takes rank and world size from the group (True: a new gloo
         group over all ranks) and names this rank's own store NAME-rankR."""
-        from .distributed import TorchCollectives, new_group
-        self._coll = TorchCollectives(new_group() if group is True else group)
+        from .distributed import TorchCollectives, new_group, partner_group
+        group = new_group() if group is True else group
+        self._coll = TorchCollectives(group, partner_group(group) if self.partner else None)
         if (rank, world_size) not in ((0, 1), (self._coll.rank, self._coll.size)):
             raise ValueError(f"rank={rank}, world_size={world_size} contradict the group "
                              f"(rank {self._coll.rank} of {self._coll.size})")
@@ -40,6 +42,55 @@ class _MultiRank:
         self._check_global(lib.pmck_global_new(self._h.store, byref(self._coll.struct),
                                                byref(self._global)),
                            f"store '{self.name}' joining {self.world_size} ranks")
+        if self.partner:
+            try:
+                self._attach_partner()
+            except BaseException:
+                lib.pmck_global_delete(byref(self._global))  # no group without its partner tier
+                raise
+
+    def _attach_partner(self):
+        """pmck_partner_new (collective): places the copies, opens the stores that hold
+        this rank's share of other ranks' copies, starts the partner thread."""
+        from .distributed import launcher_node
+        if _lib.optional("pmck_partner_new") is None:
+            raise Error(f"{_lib.path} is older than this binding: it has no partner copies "
+                        "(pmck_partner_new)")
+        node = launcher_node() if self.node is None else int(self.node)
+        where = self.partner_dir or self.ramdisk_dir or _lib.default_ramdisk_dir()
+        flags = _lib.PMCK_LOCAL_SHARED_DIR if self.sharing == "group" else 0
+        opts = _lib.PartnerOpts(node, where.encode(), None, self.name.encode(), 1,
+                                self.partner_keep, flags)
+        self._check_global(lib.pmck_partner_new(self._global, byref(self._coll.struct),
+                                                byref(opts), byref(self._partner)),
+                           f"partner copies of store '{self.name}' (node {node}, in {where})")
+
+    def _delete_partner(self):
+        """Waits for the queued rounds and stops the partner thread; the first round
+        that failed since the last report as an Error, or None."""
+        rc = lib.pmck_partner_wait(self._partner)
+        err = error_for(rc, f"partner copies: {_lib.errormsg()}") if rc < 0 else None
+        lib.pmck_partner_delete(byref(self._partner))
+        return err
+
+    def _layout_from_group(self):
+        """Collective: with partner copies, a rank that has no store (node replaced)
+        and no shared file takes the layout of the lowest rank that has one (the
+        ranks of a group share one layout: pmck_global_new checks it), so that its
+        partner can send it the step."""
+        rows, why = None, None
+        if self._h is not None:
+            try:
+                rows = (self._layout or self._store_layout()).rows
+            except Error as e:  # raised after the collectives: no rank is left waiting
+                why = e
+        root = self._coll.allreduce(self.rank if rows is not None else self.world_size)
+        if root < self.world_size:
+            rows = self._coll.broadcast_object(rows, root)
+            if self._h is None:
+                self._open_write(Layout(rows))
+        if why is not None:
+            raise why
 
     def _recover_global(self):
         """Every rank of the group loads the newest step that all of them can
@@ -66,6 +117,8 @@ class _MultiRank:
                 f"the newest checkpoint in {self.shared_dir} was written by {foreign} ranks, "
                 f"this job has {self.world_size}: not recovered, nothing created (resharding "
                 f"is left to torch.distributed.checkpoint)", PMCK_E_WORLD_SIZE)
+        if self.partner:
+            self._layout_from_group()
         if not self._coll.allreduce(1 if self._h is not None else 0):
             raise NoCheckpointError(
                 f"some rank of the {self.world_size} has neither a store nor a shared file "

@@ -15,9 +15,18 @@ one over all ranks (gloo: CPU tensors, progress on gloo's own threads).  An
 NCCL group works too (the values travel in a CUDA tensor of the current
 device).  Set a timeout on the group: a rank that dies leaves the others
 waiting in the agreement until it expires.
+
+Partner copies (Store(..., partner=True)) add send/recv of host memory
+(the committed checkpoint, in pieces of 4 MiB) and an allgather: the
+partner thread sends while the writer thread and training run collectives,
+so send/recv travel over a gloo group of their own (partner_group()).
 """
+import ctypes
 import datetime
 import errno
+import hashlib
+import os
+import socket
 import threading
 
 import torch
@@ -34,18 +43,48 @@ def new_group(timeout=datetime.timedelta(minutes=5)):
     return dist.new_group(backend="gloo", timeout=timeout)
 
 
+def partner_group(group, timeout=datetime.timedelta(minutes=5)):
+    """A gloo group with the members of `group`, for the send/recv of partner
+    copies.  Collective over the default group, as dist.new_group is."""
+    return dist.new_group(ranks=dist.get_process_group_ranks(group), backend="gloo",
+                          timeout=timeout)
+
+
+def launcher_node():
+    """This process's node for the placement of partner copies, from the
+    launcher: torchrun's GROUP_RANK (the node's rank), else the global rank
+    divided by LOCAL_WORLD_SIZE (launchers give a node's ranks consecutive
+    numbers), else a hash of the host name."""
+    if os.environ.get("GROUP_RANK", "").isdigit():
+        return int(os.environ["GROUP_RANK"])
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and int(local) > 0:
+        return dist.get_rank() // int(local)
+    digest = hashlib.sha256(socket.gethostname().encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # below 2^63: not a small node rank
+
+
+def _bytes_at(address, n):
+    """A uint8 tensor over n bytes at a C address (no copy)."""
+    return torch.frombuffer((ctypes.c_char * n).from_address(address), dtype=torch.uint8)
+
+
 class TorchCollectives:
     """struct pmck_collectives over a torch.distributed process group.
 
     Keeps the ctypes callbacks alive (the library holds pointers to them);
-    `struct` is what pmck_global_new takes.  A failing collective returns
-    -EIO to the library and leaves its exception text in `error`."""
+    `struct` is what pmck_global_new (and pmck_partner_new) take.  With
+    p2p_group (a gloo group of the same ranks, used for nothing else),
+    sendrecv is filled in for partner copies; without it, it stays NULL.  A
+    failing collective returns -EIO to the library and leaves its exception
+    text in `error`."""
 
-    def __init__(self, group):
+    def __init__(self, group, p2p_group=None):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialized: call "
                                "init_process_group before creating a Store with a group")
         self.group = group
+        self.p2p_group = p2p_group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         if dist.get_backend(group) == "nccl":
@@ -56,9 +95,15 @@ class TorchCollectives:
         self._lock = threading.Lock()
         self._requests = {}
         self._next_request = 1
+        # group rank -> global rank, for send/recv (dst and src are global ranks in torch)
+        self._global_rank = [dist.get_global_rank(group, r) for r in range(self.size)] \
+            if group is not None and group is not dist.GroupMember.WORLD else list(range(self.size))
         self._callbacks = (_lib.ALLREDUCE_FN(self._allreduce), _lib.BARRIER_FN(self._barrier),
                            _lib.IALLREDUCE_START_FN(self._istart),
-                           _lib.IALLREDUCE_TEST_FN(self._itest))
+                           _lib.IALLREDUCE_TEST_FN(self._itest),
+                           _lib.ALLGATHER_FN(self._allgather),
+                           _lib.SENDRECV_FN(self._sendrecv) if p2p_group is not None
+                           else _lib.SENDRECV_FN())
         self.struct = _lib.Collectives(None, self.rank, self.size, *self._callbacks)
 
     # ------------------------------------------------------------ helpers
@@ -79,6 +124,12 @@ class TorchCollectives:
         t = self._tensor(value)
         dist.all_reduce(t, op=self._op(op), group=self.group)
         return int(t.item()) + _BIAS
+
+    def broadcast_object(self, obj, root):
+        """Group rank `root`'s obj, on every rank (pickled: for small things)."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=self._global_rank[root], group=self.group)
+        return box[0]
 
     # ------------------------------------------------- called by the library
 
@@ -131,6 +182,34 @@ class TorchCollectives:
         return 0
 
 
+    def _allgather(self, _ctx, value, out):
+        try:
+            t = self._tensor(value)
+            parts = [torch.empty_like(t) for _ in range(self.size)]
+            dist.all_gather(parts, t, group=self.group)
+            for r, p in enumerate(parts):
+                out[r] = int(p.item()) + _BIAS
+            return 0
+        except Exception as e:  # noqa: BLE001
+            return self._failed("all_gather", e)
+
+    def _sendrecv(self, _ctx, dst, sbuf, slen, src, rbuf, rlen):
+        # Both halves in flight at once (the peers send to each other in rounds).
+        try:
+            works = []
+            if slen:
+                works.append(dist.isend(_bytes_at(sbuf, slen), self._global_rank[dst],
+                                        group=self.p2p_group))
+            if rlen:
+                works.append(dist.irecv(_bytes_at(rbuf, rlen), self._global_rank[src],
+                                        group=self.p2p_group))
+            for w in works:
+                w.wait()
+            return 0
+        except Exception as e:  # noqa: BLE001
+            return self._failed(f"send/recv (to rank {dst}, from rank {src})", e)
+
+
 def message(coll, rc_message):
     """The library's message, with the collective's own failure if there was one."""
     if coll is not None and coll.error:
@@ -138,4 +217,4 @@ def message(coll, rc_message):
     return rc_message
 
 
-__all__ = ["new_group", "TorchCollectives"]
+__all__ = ["new_group", "partner_group", "launcher_node", "TorchCollectives"]

@@ -83,6 +83,19 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     save the same steps and call load at the same points: those calls are
     collective.
 
+    partner (with a group): partner copies (docs/multirank.md, "Partner
+    copies").  Each committed step is also sent, in the background, to a rank
+    on another node, which keeps it in its ramdisk (partner_dir, else this
+    store's ramdisk directory) as pmckpt-NAME-rankR.partner-of-S.pool; a
+    step counts as global only once every copy of it is sealed; load() tries
+    the local store, then the partner's copy, then shared_dir, so a replaced
+    node's ranks get the newest global step from their partners without any
+    shared directory.  node: this rank's node (ranks with equal values share
+    one); default from the launcher (pmckpt.distributed.launcher_node).
+    partner_keep: copies kept per partner (1..8).  The copies travel over a
+    gloo group of their own (pmckpt.distributed.partner_group), made here:
+    creating the Store is then collective over the default group.
+
     verify_sources: after each layer is written, its tensors are hashed
     again and compared with what was written; a tensor changed meanwhile
     (updated without the hook or wait_for) fails that checkpoint with
@@ -92,7 +105,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     def __init__(self, path=None, *, name="default", ramdisk=None, shared_dir=None, keep=2,
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
                  gpu_source="direct", group=None, size=None, verify_sources=False,
-                 copyout_every=1, writer_policy="batch", sharing="private"):
+                 copyout_every=1, writer_policy="batch", sharing="private", partner=False,
+                 partner_keep=2, partner_dir=None, node=None):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -131,6 +145,16 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.world_size = world_size
         self._coll = None
         self._global = c_void_p()
+        self._partner = c_void_p()
+        self.partner = bool(partner)
+        if self.partner and (group is None or group is False):
+            raise ValueError("partner=True needs a group: partner copies live on another "
+                             "rank's node")
+        if not 1 <= int(partner_keep) <= _lib.PARTNER_KEEP_MAX:
+            raise ValueError(f"partner_keep is a number of copies, 1..{_lib.PARTNER_KEEP_MAX}")
+        self.partner_keep = int(partner_keep)
+        self.partner_dir = os.fspath(partner_dir) if partner_dir is not None else None
+        self.node = node
         if group is not None and group is not False:
             self._join_group(group, rank, world_size, name)
         self.threads = threads or min(8, os.cpu_count() or 2)
@@ -346,7 +370,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._raise_copyout_failure(wait=True)
 
     def stats(self):
-        """Counters of the pipeline and the copy-out (dicts), where they exist."""
+        """Counters of the pipeline, the copy-out and the partner copies (dicts), where
+        they exist."""
         out = {}
         if self._pipe:
             st = _lib.PipelineStats()
@@ -356,19 +381,27 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             st = _lib.CopyoutStats()
             lib.pmck_copyout_stats(self._copyout, byref(st))
             out["copyout"] = {f: getattr(st, f) for f, _ in st._fields_}
+        if self._partner:
+            st = _lib.PartnerStats()
+            lib.pmck_partner_stats(self._partner, byref(st))
+            out["partner"] = {f: getattr(st, f) for f, _ in st._fields_}
         return out
 
     def close(self):
-        """Waits for the checkpoint in flight and the copy-out, and releases everything."""
+        """Waits for the checkpoint in flight, the copy-out and the partner copies'
+        rounds (collective with partner copies: every rank closes), and releases
+        everything; raises what failed in the background (copy-out first)."""
         with self._lock:
             err = None
             if self._inflight is not None:
                 self._finish(self._inflight)
             self._delete_pipeline()
+            if self._partner:
+                err = self._delete_partner()
             if self._global:
                 lib.pmck_global_delete(byref(self._global))
             if self._copyout:
-                err = self._copyout_failure(wait=True)
+                err = self._copyout_failure(wait=True) or err
                 lib.pmck_copyout_delete(byref(self._copyout))
             if self._h is not None:
                 self._h.close()

@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Partner copies over torch.distributed (gloo): 4 processes as 2 "nodes" of
+this machine (ranks 0, 1 and 2, 3), each node a ramdisk directory of its own,
+no shared directory, Store(..., group=True, partner=True, node=rank // 2).
+
+Kill trials: the ranks checkpoint every step with save_async; the parent
+kills one node's ranks with SIGKILL at a random moment (then, as a launcher
+would, the others), deletes that node's directory (its stores and the
+copies it held for the other node) and starts 4 new ranks: every rank must
+load the same step, bit-exact, never older than the newest step any rank
+logged as global, the lost node's ranks from their partners (no store of
+their own: they take the layout from another rank).  Then a rank and the
+rank holding its copy lost together: every rank fails with a message that
+names both.
+
+Usage: test_partner.py [TRIALS]  (default $PMCK_PARTNER_TRIALS or 4).
+Internally: test_partner.py --worker MODE DIR RANK RDZV."""
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+RANKS = 4
+LAYERS = 4
+HERE = os.path.abspath(__file__)
+
+
+def node_of(rank):
+    return rank // 2
+
+
+def state_of(rank, step):
+    """What rank `rank` holds at `step`: a function of both, a few layers of tensors."""
+    import torch
+    g = torch.Generator().manual_seed(rank * 1_000_003 + step)
+    sd = {f"layer{i}.w": torch.randn(96, 128, generator=g) for i in range(LAYERS)}
+    sd.update({f"layer{i}.b": torch.full((128,), float(step * 10 + rank)) for i in range(LAYERS)})
+    sd["step"] = step
+    sd["rank"] = rank
+    return sd
+
+
+# ------------------------------------------------------------------ ranks
+
+def worker(mode, d, rank, rdzv):
+    import datetime
+    import torch
+    import torch.distributed as dist
+    import pmckpt
+    from common import same
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
+                            world_size=RANKS, timeout=datetime.timedelta(seconds=60))
+    store = pmckpt.Store(ramdisk=os.path.join(d, f"node{node_of(rank)}"), keep=2, name="pt",
+                         group=True, partner=True, node=node_of(rank), threads=1)
+    out = sys.stdout
+    if mode == "run":
+        try:
+            store.load()
+            first = store.step + 1
+        except pmckpt.NoCheckpointError:
+            first = 1
+        logfd = os.open(os.path.join(d, f"global.{rank}"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        for step in range(first, 1 << 30):
+            store.save_async(state_of(rank, step), step)
+            g = store.global_step  # save_async(step) completed the agreement on step - 1
+            if g is not None:
+                os.write(logfd, f"{g}\n".encode())
+            time.sleep(0.01)  # compute
+    elif mode == "recover":
+        try:
+            sd = store.load()
+        except pmckpt.Error as e:
+            print(f"rank {rank} none: {type(e).__name__}: {e}", file=out, flush=True)
+            return
+        step = store.step
+        why = same(sd, state_of(rank, step))
+        print(f"rank {rank} step {step} tier {store.last_recovery['tier']} "
+              f"{'ok' if why is None else 'BAD ' + why}", file=out, flush=True)
+        store.close()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ parent
+
+def main():
+    from tap import Tap
+    T = Tap()
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("PMCK_PARTNER_TRIALS", 4))
+    seed = int(os.environ.get("PMCK_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    T.diag(f"seed {seed} (PMCK_TEST_SEED to repeat); {RANKS} ranks as 2 nodes, gloo, "
+           f"{trials} kill trials, no shared directory")
+    d = T.tmpdir("pmck-py-partner-")
+    launches = [0]
+
+    def launch(mode):
+        launches[0] += 1
+        rdzv = os.path.join(d, f"rdzv.{launches[0]}")
+        return [subprocess.Popen([sys.executable, HERE, "--worker", mode, d, str(r), rdzv],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                for r in range(RANKS)]
+
+    def last_global():
+        best = None
+        for r in range(RANKS):
+            try:
+                with open(os.path.join(d, f"global.{r}")) as f:
+                    lines = f.read().split()
+            except FileNotFoundError:
+                continue
+            if lines:
+                best = max(best or 0, int(lines[-1]))
+        return best
+
+    def output(procs):
+        """Everything the ranks printed; a rank still running after 240 s is killed (a hang)."""
+        text = ""
+        for p in procs:
+            try:
+                o, _ = p.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                o, _ = p.communicate()
+            text += o.decode(errors="replace")
+        return text
+
+    def recover():
+        """(steps, tiers, text) of a recover launch; steps None if some rank failed."""
+        text = output(launch("recover"))
+        lines = [l.split() for l in text.splitlines() if l.startswith("rank ")]
+        good = [l for l in lines if len(l) == 7 and l[2] == "step" and l[6] == "ok"]
+        if len(good) != RANKS:
+            return None, None, text
+        return {int(l[3]) for l in good}, {int(l[1]): l[5] for l in good}, text
+
+    def lose_node(n):
+        shutil.rmtree(os.path.join(d, f"node{n}"), ignore_errors=True)
+
+    bad = 0
+    from_partner = 0
+    for t in range(1, trials + 1):
+        before = last_global()
+        procs = launch("run")
+        # wait until the ranks are checkpointing (a new global step), then a random moment
+        deadline = time.time() + 120
+        while time.time() < deadline and last_global() == before and \
+                all(p.poll() is None for p in procs):
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 1.0))
+        lost = t % 2
+        for r in range(RANKS):
+            if node_of(r) == lost:
+                procs[r].send_signal(signal.SIGKILL)
+        time.sleep(rng.uniform(0, 0.3))  # the others go on until the launcher stops them
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        lose_node(lost)
+        last = last_global() or 0
+        steps, tiers, text = recover()
+        lost_ranks = [r for r in range(RANKS) if node_of(r) == lost]
+        if steps is not None and len(steps) == 1 and min(steps) >= last and \
+                all(tiers[r] == "partner" for r in lost_ranks) and \
+                all(tiers[r] == "local" for r in range(RANKS) if r not in lost_ranks):
+            from_partner += 1
+            T.diag(f"trial {t}: node {lost} lost; last global step {last}, every rank "
+                   f"recovered {min(steps)}, ranks {lost_ranks} from their partners")
+        else:
+            bad += 1
+            T.diag(f"trial {t}: node {lost} lost; last global step {last}: recovery FAILED\n{text}")
+    T.ok(bad == 0, f"{trials} kill trials: node's ranks killed, its directory deleted, every "
+         "rank recovered the same step, bit-exact, never older than the last global step, the "
+         "lost node's ranks from their partners, no shared directory")
+
+    # Rank 2 and the rank holding its copy (rank 0) lost together: refused, naming both.
+    lose_node(1)
+    os.unlink(os.path.join(d, "node0", "pmckpt-pt-rank0.partner-of-2.pool"))
+    text = output(launch("recover"))
+    named = [l for l in text.splitlines() if l.startswith("rank ") and " none: " in l and
+             "rank 2 lost both" in l and "held by rank 0" in l]
+    T.ok(len(named) == RANKS, "rank 2 and its partner's copy lost, no shared directory: every "
+         "rank refuses, naming both", text)
+    return T.done()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        sys.path.insert(0, os.path.dirname(HERE))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    else:
+        sys.exit(main())
