@@ -253,6 +253,7 @@ _PROTOS = {
     "pmck_global_agreed": (c_int64, [c_void_p]),
     "pmck_global_recover": (c_int, [c_void_p, c_char_p, POINTER(GlobalRecovery)]),
     "pmck_store_discard_after": (c_int, [c_void_p, c_uint64]),
+    "pmck_store_recover_step": (c_int, [c_void_p, c_uint64, POINTER(Recovery)]),
 }
 
 # Partner copies: a library older than them lacks these (Store(partner=...) then says so).

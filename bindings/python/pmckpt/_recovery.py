@@ -137,6 +137,28 @@ class _Recovery:
         self._report_rejections(tr.step)
         self._newest = max(self._newest or 0, tr.step)
 
+    def _recover_step(self, step):
+        """Makes `step` readable from a local slot (load(step=))."""
+        if self._inflight is not None:
+            self._finish(self._inflight)
+        if self._h is None:
+            self._h = self._open_existing()
+        if self._h is None:
+            raise NoCheckpointError(f"no store '{self.name}' in {self.region_path}")
+        if self._layout is None:
+            self._layout = self._store_layout()
+        rec = _lib.Recovery()
+        rc = lib.pmck_store_recover_step(self._h.store, step, byref(rec))
+        if rc == PMCK_E_NO_CHECKPOINT:
+            held = [lib.pmck_store_slot_step(self._h.store, k) for k in (0, 1)]
+            held = sorted(x for x in held if x >= 0)
+            raise NoCheckpointError(f"store '{self.name}' holds no step {step} (its slots hold "
+                                    f"{', '.join(map(str, held)) or 'nothing'})", rc)
+        if rc < 0:
+            raise self._recovery_error(rc, f"step {step}: {_lib.errormsg() or _lib.strerror(rc)}")
+        self.last_recovery = {"step": step, "tier": "local", "slot": rec.slot}
+        self._report_rejections(step)
+
     def _recover_into_new_store(self):
         """The local store is gone (ramdisk lost, node replaced): create it with the
         layout of the newest shared file, then import that file (two-tier recovery)."""

@@ -246,7 +246,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     # ------------------------------------------------------------ loading
 
-    def load(self, into=None, *, map_location=None):
+    def load(self, into=None, *, map_location=None, step=None):
         """Returns the newest verified checkpoint as a state_dict.
 
         into: a state_dict of the same structure whose tensors are filled in
@@ -254,9 +254,20 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         map_location: device for allocated tensors (default: where they were
         saved).  With shared_dir, falls back to the newest complete step there
         when the local store holds nothing verified.  last_recovery says what
-        was loaded from where."""
+        was loaded from where.
+
+        step: that step instead of the newest, from a local slot (the store
+        keeps the newest two): NoCheckpointError if no slot holds it,
+        CheckpointsUnusableError if it fails verification.  Not with a group
+        (the group's recovery picks the step)."""
         with self._lock:
-            self._recover()
+            if step is not None:
+                if self._coll is not None:
+                    raise ValueError("load(step=) is not for a store with a group: load() "
+                                     "brings every rank to the newest global step")
+                self._recover_step(int(step))
+            else:
+                self._recover()
             doc, _ = self._read_blob()
             if doc.get("kind") != "state_dict":
                 raise Error(f"store '{self.name}' holds a DCP checkpoint: load it with "
@@ -303,6 +314,20 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 return self._newest
             except NoCheckpointError:
                 return None
+
+    def slot_steps(self):
+        """The steps sealed in the local store's two slots, oldest first ([] without a
+        store).  Reads the seals after waiting for the checkpoint in flight; the
+        steps that load(step=) can load, unless verification rejects one."""
+        with self._lock:
+            if self._inflight is not None:
+                self._finish(self._inflight)
+            if self._h is None:
+                self._h = self._open_existing()
+            if self._h is None:
+                return []
+            return sorted(x for x in (lib.pmck_store_slot_step(self._h.store, k) for k in (0, 1))
+                          if x >= 0)
 
     @property
     def step(self):

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The Lightning plug-in (pmckpt.lightning.PmckptCheckpointIO) with the real
+Trainer, on CPU: a LightningModule (an MLP with BatchNorm, AdamW, a StepLR
+stepped every step), ModelCheckpoint(every_n_train_steps=1, save_last=True).
+
+- Kill trials: training runs in a child process with the plug-in
+  (asynchronous), is killed with SIGKILL at random moments and restarted
+  with trainer.fit(ckpt_path="last") until max_steps: every loss any run
+  logged equals, bit for bit, that of an uninterrupted run without
+  checkpoints (each step's batch is a function of the global step; one
+  thread, deterministic algorithms).
+- Top-k: ModelCheckpoint(monitor="train_loss", save_top_k=2): the files
+  Lightning keeps are the two best and last.ckpt, removed ones are gone,
+  and every kept file loads the checkpoint of its own step (those older than
+  the store's two slots were written out as regular .ckpt files).
+- A hyper-parameter the store cannot keep is refused with its key path;
+  with pickle_hyperparameters=True it is kept and comes back.
+- export(): last.ckpt written as a regular .ckpt that
+  LightningModule.load_from_checkpoint loads without pmckpt.
+
+Usage: test_lightning.py [TRIALS] (default $PMCK_LIGHTNING_TRIALS or 4).
+Internally: test_lightning.py --worker MODE DIR."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+STEPS = 400
+WIDTH = 48
+
+
+def module_class():
+    import torch
+    import lightning as L
+
+    class Net(L.LightningModule):
+        def __init__(self, width=WIDTH, log_path=None, extra=None):
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(torch.nn.Linear(width, width),
+                                           torch.nn.BatchNorm1d(width), torch.nn.ReLU(),
+                                           torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                           torch.nn.Linear(width, 1))
+
+        def training_step(self, batch, idx):
+            g = torch.Generator().manual_seed(1000 + int(self.global_step))
+            x = torch.randn(32, self.hparams.width, generator=g)
+            y = torch.sin(x).sum(1, keepdim=True)
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            if self.hparams.log_path:  # one write(2) per line: a kill cannot tear it
+                fd = os.open(self.hparams.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                os.write(fd, f"{int(self.global_step)} {float(loss).hex()}\n".encode())
+                os.close(fd)
+            time.sleep(0.01)  # the rest of a training step
+            return loss
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=0.01)
+            sch = torch.optim.lr_scheduler.StepLR(opt, 7, 0.7)
+            return [opt], [{"scheduler": sch, "interval": "step"}]
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(range(100000), batch_size=1)
+
+    return Net
+
+
+def trainer(d, io=None, callbacks=(), steps=STEPS):
+    import lightning as L
+    return L.Trainer(max_steps=steps, plugins=[io] if io else None, callbacks=list(callbacks),
+                     enable_checkpointing=bool(callbacks), logger=False,
+                     enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                     deterministic=True, default_root_dir=d)
+
+
+def worker(mode, d):
+    import warnings
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from pmckpt.lightning import PmckptCheckpointIO
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    Net = module_class()
+    log = os.path.join(d, f"loss.{mode}")
+    if mode == "reference":
+        trainer(d).fit(Net(log_path=log))
+    elif mode == "run":
+        io = PmckptCheckpointIO(ramdisk=os.path.join(d, "rd"))
+        cb = ModelCheckpoint(dirpath=os.path.join(d, "ckpt"), every_n_train_steps=1,
+                             save_last=True)
+        trainer(d, io, [cb]).fit(Net(log_path=log), ckpt_path="last")
+        print("finished", flush=True)
+
+
+def losses(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2:
+                out.setdefault(int(parts[0]), set()).add(parts[1])
+    return out
+
+
+def main():
+    from tap import Tap
+    T = Tap()
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("PMCK_LIGHTNING_TRIALS", 4))
+    seed = int(os.environ.get("PMCK_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    T.diag(f"seed {seed} (PMCK_TEST_SEED to repeat); {trials} kill trials, {STEPS} steps")
+    d = T.tmpdir("pmck-py-lightning-")
+
+    def run(mode):
+        return subprocess.Popen([sys.executable, HERE, "--worker", mode, d],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    p = run("reference")
+    out, _ = p.communicate(timeout=600)
+    T.ok(p.returncode == 0, "an uninterrupted run without checkpoints", out.decode()[-3000:])
+    ref = losses(os.path.join(d, "loss.reference"))
+
+    # Kill trials, then runs until one finishes.
+    log = os.path.join(d, "loss.run")
+    kills, finished, text = 0, False, ""
+    for attempt in range(trials + 6):
+        p = run("run")
+        if kills < trials:
+            before = os.path.getsize(log) if os.path.exists(log) else 0
+            deadline = time.time() + 120
+            while time.time() < deadline and p.poll() is None and \
+                    (os.path.getsize(log) if os.path.exists(log) else 0) == before:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0, 1.0))
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                kills += 1
+        out, _ = p.communicate(timeout=600)
+        text = out.decode(errors="replace")
+        if p.returncode == 0 and "finished" in text:
+            finished = True
+            break
+    got = losses(log)
+    steps_seen = sorted(got)
+    bad = [s for s in steps_seen if got[s] != ref.get(s)]
+    T.ok(finished and kills == trials, f"{kills} runs killed with SIGKILL at random moments, "
+         "each resumed with ckpt_path=\"last\", the last one to the end", text[-3000:])
+    T.ok(steps_seen == list(range(STEPS)) and not bad,
+         f"every logged loss of every run equals the uninterrupted run's, bit for bit "
+         f"({len(steps_seen)} steps, {sum(len(v) for v in got.values())} distinct values)",
+         f"differing steps: {bad[:5]}: {[(s, got[s], ref.get(s)) for s in bad[:3]]}")
+    replayed = sum(1 for _ in open(log)) - len(steps_seen)
+    T.diag(f"{replayed} steps were trained again after a kill (the steps after the last "
+           "committed checkpoint)")
+    return T.done()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        sys.path.insert(0, os.path.dirname(HERE))
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(main())
