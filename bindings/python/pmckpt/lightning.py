@@ -100,6 +100,9 @@ def _convert(checkpoint, pickle_hp):
             for k, x in v.items():
                 out[k], s = walk(x, store_tensors)
                 sk.append((k, s))
+            md = getattr(v, "_metadata", None)  # a module state_dict's versions
+            if md is not None:
+                out._metadata = md
             return out, ("d", tuple(sk))
         if isinstance(v, (list, tuple)) and type(v) in (list, tuple):
             pairs = [walk(x, store_tensors) for x in v]

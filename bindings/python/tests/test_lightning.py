@@ -32,6 +32,14 @@ STEPS = 400
 WIDTH = 48
 
 
+class Opaque:
+    """A hyper-parameter the store cannot keep as a value (module level: Lightning's
+    save_hyperparameters drops what cannot be pickled)."""
+
+    def __init__(self, v):
+        self.v = v
+
+
 def module_class():
     import torch
     import lightning as L
@@ -158,7 +166,89 @@ def main():
     replayed = sum(1 for _ in open(log)) - len(steps_seen)
     T.diag(f"{replayed} steps were trained again after a kill (the steps after the last "
            "committed checkpoint)")
+
+    in_process(T, d, ref)
     return T.done()
+
+
+def in_process(T, d, ref):
+    """Top-k retention, a refused hyper-parameter, the pickle opt-in, export."""
+    import warnings
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    import pmckpt
+    from pmckpt.lightning import PmckptCheckpointIO, export, is_pointer
+    from common import same
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    Net = module_class()
+
+    # Top-k: the two best steps by train_loss, and last.ckpt.
+    steps = 30
+    topk = os.path.join(d, "topk")
+    torch.manual_seed(0)
+    io = PmckptCheckpointIO(ramdisk=os.path.join(d, "rd-topk"))
+    cb = ModelCheckpoint(dirpath=topk, every_n_train_steps=1, save_last=True,
+                         monitor="train_loss", save_top_k=2, filename="{step}")
+    model = Net()
+    trainer(d, io, [cb], steps=steps).fit(model)
+    kept = sorted(os.listdir(topk))
+    best = sorted(range(1, steps + 1), key=lambda s: float.fromhex(ref[s - 1].copy().pop()))[:2]
+    want = sorted([f"step={s}.ckpt" for s in best] + ["last.ckpt"])
+    T.ok(kept == want, f"top-k: Lightning keeps the two best steps and last.ckpt ({kept}), the "
+         f"others were removed", f"want {want}")
+    regular = [f for f in kept if not is_pointer(os.path.join(topk, f))]
+    loads = []
+    for f in kept:
+        ck = io.load_checkpoint(os.path.join(topk, f))
+        want_step = steps if f == "last.ckpt" else int(f[5:-5])
+        loads.append(ck["global_step"] == want_step)
+    T.ok(all(loads), f"every kept file loads the checkpoint of its own step ({len(kept)} files, "
+         f"{len(regular)} of them written out as regular .ckpt files before their slot was "
+         f"reused: {regular})")
+    last = io.load_checkpoint(os.path.join(topk, "last.ckpt"))
+    why = same(last["state_dict"], model.state_dict())
+    T.ok(why is None, "last.ckpt holds the trained model's weights, bit-exact", why)
+    T.ok(type(last["optimizer_states"][0]["state"][0]["step"]) is torch.Tensor and
+         last["lr_schedulers"][0]["last_epoch"] == steps and "loops" in last and
+         any(k.startswith("ModelCheckpoint") for k in last["callbacks"]),
+         "and the optimizer's state, the scheduler's, the loops' and the callbacks' "
+         "(Lightning's dict as it is)")
+
+    # Export: a regular .ckpt that Lightning loads without pmckpt.
+    out = os.path.join(d, "exported.ckpt")
+    export(os.path.join(topk, "last.ckpt"), out, io)
+    m2 = Net.load_from_checkpoint(out)
+    why = same(m2.state_dict(), model.state_dict())
+    T.ok(not is_pointer(out) and why is None and m2.hparams.width == WIDTH,
+         "export(): last.ckpt as a regular .ckpt, LightningModule.load_from_checkpoint gives "
+         "the same weights and hyper-parameters", why)
+    io.close()
+
+    # A hyper-parameter the store cannot keep: refused with its key path; the opt-in pickles it.
+    for pickled in (False, True):
+        io = PmckptCheckpointIO(ramdisk=os.path.join(d, f"rd-hp{int(pickled)}"),
+                                pickle_hyperparameters=pickled)
+        cb = ModelCheckpoint(dirpath=os.path.join(d, f"hp{int(pickled)}"),
+                             every_n_train_steps=1, save_last=True)
+        model = Net(extra=Opaque(7))
+        try:
+            trainer(d, io, [cb], steps=2).fit(model)
+            err = None
+        except pmckpt.UnsupportedObjectError as e:
+            err = str(e)
+        if not pickled:
+            T.ok(err is not None and "hyper_parameters/extra" in err and
+                 "pickle_hyperparameters=True" in err,
+                 "a hyper-parameter the store cannot keep is refused, naming its key path and "
+                 "the opt-in", err)
+        else:
+            ck = io.load_checkpoint(os.path.join(d, "hp1", "last.ckpt")) if err is None else {}
+            extra = ck.get("hyper_parameters", {}).get("extra")
+            T.ok(err is None and type(extra).__name__ == "Opaque" and extra.v == 7,
+                 "pickle_hyperparameters=True: it is saved pickled and comes back", err)
+        io.close()
 
 
 if __name__ == "__main__":
