@@ -2,8 +2,9 @@
 # run.sh [ARGS] -- the Python binding's benchmarks with the interpreter of
 # tools/python-env, against $BUILD/libpmckpt.so.0 and the package in this
 # working tree: bench_dcp.py [ARGS], then bench_dcp_ranks.py (DCP on 4
-# ranks) and bench_partner.py (partner copies on 4 ranks); or only the one
-# named by $BENCH (e.g. BENCH=bench_train.py).
+# ranks), bench_partner.py (partner copies on 4 ranks) and bench_lightning.py
+# (the Lightning plug-in); or only the one named by $BENCH (e.g.
+# BENCH=bench_train.py).
 # `make bench` runs it after the C benchmarks.
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 B=${BUILD:-build}
@@ -26,4 +27,6 @@ fi
 # DCP on 4 ranks (gloo), pmckpt.dcp against FileSystemWriter/Reader
 "$py" "$root/bindings/python/bench/bench_dcp_ranks.py" || exit 1
 # partner copies on 4 ranks as 2 nodes (gloo): bytes/s against gloo alone, a lost node's restart against DCP
-exec "$py" "$root/bindings/python/bench/bench_partner.py"
+"$py" "$root/bindings/python/bench/bench_partner.py" || exit 1
+# the Lightning plug-in: a Trainer checkpointing every step, against none and AsyncCheckpointIO
+exec "$py" "$root/bindings/python/bench/bench_lightning.py"
