@@ -23,7 +23,7 @@ and last.ckpt) write the tensors once.  A step that a live file still names
 is written out as a regular Lightning .ckpt into that file before the store
 overwrites its slot (top-k keeps old checkpoints; the store keeps two), so
 every file Lightning holds loads.  export() writes any of them as a regular
-.ckpt for users who leave.
+.ckpt for users who leave (also python -m pmckpt.lightning export SRC DST).
 
 Asynchronous mode (the default): save_checkpoint returns once the
 checkpoint has begun; its layers are written in the background from the
@@ -42,6 +42,7 @@ import collections
 import json
 import os
 import pickle
+import sys
 import warnings
 
 import torch
@@ -231,6 +232,7 @@ class PmckptCheckpointIO(CheckpointIO):
         self.asynchronous = bool(asynchronous)
         self.pickle_hyperparameters = bool(pickle_hyperparameters)
         self._stores = {}       # store name -> Store
+        self._foreign = {}      # stores that pointer files of another configuration name
         self._last = None       # (store name, step, skeleton) of the newest save
         self._live = {}         # pointer path -> (store name, step)
         self._adopted = set()   # directories whose pointer files are in _live
@@ -245,11 +247,16 @@ class PmckptCheckpointIO(CheckpointIO):
         return s
 
     def _store_for(self, rec):
-        """The store a pointer record names: ours, or one opened as it says."""
+        """The store a pointer record names: ours, or one opened where it says (kept
+        open until close())."""
         if rec["name"] in self._stores or rec.get("where") == self._where():
             return self._store(rec["name"])
         args = {k: rec.get(k) for k in ("path", "ramdisk", "shared_dir")}
-        return Store(name=rec["name"], **args)
+        key = (rec["name"], json.dumps(args, sort_keys=True))
+        s = self._foreign.get(key)
+        if s is None:
+            s = self._foreign[key] = Store(name=rec["name"], **args)
+        return s
 
     def _where(self):
         a = self._store_args
@@ -405,9 +412,10 @@ class PmckptCheckpointIO(CheckpointIO):
     def close(self):
         """teardown(), then closes the stores."""
         self.teardown()
-        for s in self._stores.values():
+        for s in list(self._stores.values()) + list(self._foreign.values()):
             s.close()
         self._stores.clear()
+        self._foreign.clear()
 
 
 def export(src, dst, checkpoint_io=None):
@@ -420,4 +428,30 @@ def export(src, dst, checkpoint_io=None):
     return dst
 
 
+def main(argv=None):
+    """python -m pmckpt.lightning export SRC DST: SRC (a file that ModelCheckpoint
+    named) as a regular Lightning .ckpt at DST."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m pmckpt.lightning",
+                                 description="Lightning checkpoints kept by pmckpt")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export", help="write SRC as a regular Lightning .ckpt at DST")
+    ex.add_argument("src")
+    ex.add_argument("dst")
+    args = ap.parse_args(argv)
+    io = PmckptCheckpointIO()
+    try:
+        export(args.src, args.dst, io)
+    except (Error, OSError) as e:
+        print(f"python -m pmckpt.lightning export: {e}", file=sys.stderr)
+        return 1
+    finally:
+        io.close()
+    print(f"{args.src} -> {args.dst}")
+    return 0
+
+
 __all__ = ["PmckptCheckpointIO", "export", "is_pointer", "POINTER_FORMAT"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,7 +224,33 @@ def in_process(T, d, ref):
     T.ok(not is_pointer(out) and why is None and m2.hparams.width == WIDTH,
          "export(): last.ckpt as a regular .ckpt, LightningModule.load_from_checkpoint gives "
          "the same weights and hyper-parameters", why)
+
+    # Resuming from a named file: the written-out best step, and the pointer last.ckpt.
+    for f in (f"step={best[0]}.ckpt", "last.ckpt"):
+        start = best[0] if f != "last.ckpt" else steps
+        t = trainer(d, io, [ModelCheckpoint(dirpath=os.path.join(d, "resume"),
+                                            every_n_train_steps=1)], steps=start + 2)
+        t.fit(Net(), ckpt_path=os.path.join(topk, f))
+        T.ok(t.global_step == start + 2, f"trainer.fit(ckpt_path={f!r}) resumes at step "
+             f"{start} and trains to {start + 2} (global_step {t.global_step})")
     io.close()
+
+    # The command line, from another process (nothing holds the store now).
+    names = sorted(f for f in os.listdir(os.path.join(d, "resume")) if f.endswith(".ckpt"))
+    pointer = os.path.join(d, "resume", names[-1])
+    out2 = os.path.join(d, "exported-cli.ckpt")
+    r = subprocess.run([sys.executable, "-m", "pmckpt.lightning", "export", pointer, out2],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    ok = r.returncode == 0 and torch.load(out2, weights_only=False)["global_step"] == \
+        io.load_checkpoint(pointer)["global_step"]
+    T.ok(ok and is_pointer(pointer), f"python -m pmckpt.lightning export {names[-1]} writes "
+         "the same checkpoint as a regular file", r.stdout.decode(errors="replace")[-2000:])
+    io.close()
+    r = subprocess.run([sys.executable, "-m", "pmckpt.lightning", "export",
+                        os.path.join(d, "missing.ckpt"), out2], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    T.ok(r.returncode == 1 and b"missing.ckpt" in r.stdout, "a missing file: exit 1 and a "
+         "message naming it", r.stdout.decode(errors="replace"))
 
     # A hyper-parameter the store cannot keep: refused with its key path; the opt-in pickles it.
     for pickled in (False, True):
