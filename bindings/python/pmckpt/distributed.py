@@ -181,7 +181,6 @@ class TorchCollectives:
         result[0] = value
         return 0
 
-
     def _allgather(self, _ctx, value, out):
         try:
             t = self._tensor(value)

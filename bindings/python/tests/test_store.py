@@ -521,6 +521,23 @@ def test_step_order():
     return still_loads("order", st, 1)
 
 
+def test_load_step():
+    s, st1 = base_store("bystep")
+    st2 = {k: (v + 1 if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+           for k, v in clone(st1).items()}
+    s.save(st2, 2)
+    if s.slot_steps() != [1, 2]:
+        return f"slot_steps() {s.slot_steps()}, wanted [1, 2]"
+    why = same(st1, s.load(step=1)) or same(st2, s.load(step=2)) or same(st2, s.load())
+    if why:
+        return why
+    T.raises("load(step=) of a step no slot holds: NoCheckpointError naming the held ones",
+             pmckpt.NoCheckpointError, lambda: s.load(step=7), match="holds no step 7 (its "
+             "slots hold 1, 2)")
+    s.close()
+    return None
+
+
 def test_destroy():
     s, st = base_store("gone")
     s.destroy()
@@ -736,6 +753,7 @@ T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldS
       test_error_codes)
 T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
 T.run("steps must increase", test_step_order)
+T.run("load(step=): either slot's step, the newest by default; slot_steps()", test_load_step)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
       test_busy)
