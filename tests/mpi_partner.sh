@@ -1,7 +1,9 @@
 #!/bin/bash
 # mpi_partner.sh -- partner copies under mpirun: 4 ranks as 2 nodes of this machine, each
 # node a ramdisk directory of its own, no shared directory.  Each trial kills one node's
-# ranks with SIGKILL at a random moment (then the rest), deletes that node's directory
+# ranks with SIGKILL at a random moment (then the rest): every third trial counted from the
+# launch (start-up and its recovery included), the others once a new global step was logged
+# (a slow machine may take seconds to start).  Then it deletes that node's directory
 # (its stores and the partner copies it held), and restarts all 4 ranks: every rank must
 # recover the same step, bit-exact, never older than the last step rank 0 logged as
 # globally committed, the lost node's ranks from their partners.
@@ -23,15 +25,28 @@ fi
 MPIRUN="mpirun -np 4 --oversubscribe"
 DIR=$(mktemp -d /dev/shm/pmck-partner.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
+touch "$DIR/global.log" # rank 0 appends each step agreed globally
 echo "1..$((TRIALS + 1))"
 n=0
 bad=0
 partner_seen=0
 for t in $(seq 1 "$TRIALS"); do
 	rm -f "$DIR"/pid.*
+	before=$(wc -l <"$DIR/global.log")
 	$MPIRUN "$PROG" run "$DIR" >"$DIR/run.log" 2>&1 &
 	mpipid=$!
-	sleep "$(awk -v s=$RANDOM -v k=$SLOW 'BEGIN { srand(s); printf "%.3f", k * (0.6 + rand() * 1.2) }')"
+	# Every third trial: a random moment from the launch (start-up and its recovery included).
+	# The others: once a new global step is logged (a slow machine may take seconds to start).
+	if [ $((t % 3)) != 0 ]; then
+		for _ in $(seq 1 600); do
+			[ "$(wc -l <"$DIR/global.log")" -ge $((before + 2)) ] && break
+			kill -0 $mpipid 2>/dev/null || break
+			sleep 0.1
+		done
+		sleep "$(awk -v s=$RANDOM -v k=$SLOW 'BEGIN { srand(s); printf "%.3f", k * rand() * 1.2 }')"
+	else
+		sleep "$(awk -v s=$RANDOM -v k=$SLOW 'BEGIN { srand(s); printf "%.3f", k * (0.2 + rand() * 1.6) }')"
+	fi
 	lost=$((t % 2))
 	kill -9 $(cat "$DIR/pid.$((2 * lost))" "$DIR/pid.$((2 * lost + 1))" 2>/dev/null) 2>/dev/null
 	kill -9 $(cat "$DIR"/pid.* 2>/dev/null) $mpipid 2>/dev/null
