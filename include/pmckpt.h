@@ -455,6 +455,21 @@ void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st
  */
 int pmck_gpu_available(int device);
 
+/* What this library was built with (pmck_build_info). */
+struct pmck_build_info {
+	const char *version; /* pmckpt's version, "0.1.0" */
+	/*
+	 * The CUDA runtime it was built against and links statically
+	 * (CUDART_VERSION: 13000 is 13.0); 0: built without CUDA, so CUDA
+	 * tensors reach it through host memory only (pmck_gpu_available says why).
+	 */
+	int cuda;
+	const char *pmem2;   /* libpmem2's version when it was built (pkg-config); "" if unknown */
+};
+
+/* pmck_build_info -- fills *out (static strings, owned by the library).  Never fails. */
+void pmck_build_info(struct pmck_build_info *out);
+
 /* ------------------------------------------- local backend selection */
 
 /* Where pmck_local_open put the store. */

@@ -43,6 +43,12 @@ cuda_fail(cudaError_t e, const char *what)
 #define CUDA_TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail(e_, #call); } while (0)
 
 extern "C" int
+pmck__gpu_build_version(void)
+{
+	return CUDART_VERSION;
+}
+
+extern "C" int
 pmck_gpu_available(int device)
 {
 	int n = 0;

@@ -14,6 +14,8 @@ no_cuda(void)
 
 int pmck_gpu_available(int device) { (void)device; return no_cuda(); }
 
+int pmck__gpu_build_version(void) { return 0; }
+
 int
 pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned nlayers,
 		struct pmck_gpu **out)

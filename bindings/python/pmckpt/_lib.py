@@ -264,7 +264,12 @@ _PARTNER = {
     "pmck_partner_stats": (None, [c_void_p, POINTER(PartnerStats)]),
 }
 
+class BuildInfo(Structure):
+    _fields_ = [("version", c_char_p), ("cuda", c_int), ("pmem2", c_char_p)]
+
+
 _OPTIONAL = {
+    "pmck_build_info": (None, [POINTER(BuildInfo)]),
     # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmalloc_ns.h)
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
@@ -274,14 +279,21 @@ _OPTIONAL = {
 }
 
 
+NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+
+
 def _candidates():
+    """PMCKPT_LIBRARY if set; else the wheel's own copy (pmckpt/_native, make wheel), the
+    build tree of a checkout, and an installed libpmckpt, in that order."""
     env = os.environ.get("PMCKPT_LIBRARY")
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(NATIVE, "libpmckpt.so.0")
     dev = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libpmckpt.so.0"))
     found = ctypes.util.find_library("pmckpt")
-    return [p for p in (dev if os.path.exists(dev) else None, found) if p]
+    return [p for p in (bundled if os.path.exists(bundled) else None,
+                        dev if os.path.exists(dev) else None, found) if p]
 
 
 def _load():
