@@ -14,14 +14,14 @@
 
 struct pmck_gpu;
 
+/* The CUDA runtime version the library was built against (CUDART_VERSION); 0: without CUDA. */
+int pmck__gpu_build_version(void);
+
 /*
  * Makes device `device` current for the calling thread and maps the whole
  * region into its address space (cudaHostRegister Mapped|Portable).  With
  * snapshot_bytes > 0 also reserves that much device memory (strategy G).
  */
-/* The CUDA runtime version the library was built against (CUDART_VERSION); 0: without CUDA. */
-int pmck__gpu_build_version(void);
-
 int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes,
 		unsigned nlayers, struct pmck_gpu **out);
 /* Unregisters the region and frees everything. */
