@@ -6,8 +6,8 @@ Inside a pmckpt checkout, `pip wheel bindings/python` (and `pip install
 own Makefile (`make all`) and puts libpmckpt, libpmalloc(_ns), `pmckpt` and
 `pmbench` into the package as pmckpt/_native, so the wheel holds them: a
 platform wheel (py3-none-linux_x86_64) that still links the system's libpmem2,
-libndctl and the others.  `make wheel` then has auditwheel vendor those
-(tools/make-wheel).  Outside a checkout, or with PMCKPT_NATIVE=0, the package
+libndctl and the others.  `make wheel` builds it this way and then has
+auditwheel vendor those (tools/make-wheel).  Outside a checkout, or with PMCKPT_NATIVE=0, the package
 is pure Python and loads an installed libpmckpt (or $PMCKPT_LIBRARY).
 PMCKPT_BUILD=DIR takes the files from another build directory (default build)."""
 import os
@@ -45,6 +45,9 @@ class BuildPy(build_py):
         os.makedirs(dst, exist_ok=True)
         for f in NATIVE:
             shutil.copy2(os.path.join(build, f), os.path.join(dst, f))
+        if shutil.which("strip"):  # debug information only: the libraries keep their symbols
+            subprocess.check_call(["strip", "--strip-debug"] +
+                                  [os.path.join(dst, f) for f in NATIVE])
 
 
 class NativeDistribution(Distribution):

@@ -50,7 +50,7 @@ import torch.nn.modules.module as _module
 import torch.optim.optimizer as _optimizer
 
 from . import hooks as _hooks
-from .errors import Error, LayoutError, NoCheckpointError, UnsupportedObjectError
+from .errors import Error, NoCheckpointError, UnsupportedObjectError
 from .store import Store
 
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -143,24 +143,25 @@ def _has_pickle(sd):
     return isinstance(hp, dict) and len(hp) == 1 and _PICKLE in hp
 
 
-def _layout_key(state):
-    """The names, dtypes and shapes of the store tensors: one store per distinct layout
-    (a weights-only ModelCheckpoint beside a full one)."""
+def _layout_key(skeleton):
+    """A hash of the store tensors' places, dtypes and shapes, from _convert's skeleton:
+    one store per distinct layout (a weights-only ModelCheckpoint beside a full one)."""
     import hashlib
-    h = hashlib.sha256()
+    parts = []
 
-    def walk(v, path):
-        if isinstance(v, torch.Tensor):
-            h.update(f"{path}:{v.dtype}:{tuple(v.shape)};".encode())
-        elif isinstance(v, dict):
-            for k, x in v.items():
+    def walk(sk, path):
+        if sk[0] == "T":
+            parts.append(f"{path}:{sk[4]}:{sk[3]}")
+        elif sk[0] == "d":
+            for k, x in sk[1]:
                 walk(x, f"{path}/{k}")
-        elif isinstance(v, (list, tuple)):
-            for i, x in enumerate(v):
+        elif sk[0] in ("list", "tuple"):
+            for i, x in enumerate(sk[1]):
                 walk(x, f"{path}/{i}")
-    for k in _STORE_KEYS:
-        walk(state.get(k), k)
-    return h.hexdigest()[:12]
+    for k, sk in skeleton:
+        if k in _STORE_KEYS:
+            walk(sk, k)
+    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:12]
 
 
 # ------------------------------------------------------------ pointer files
@@ -271,14 +272,14 @@ class PmckptCheckpointIO(CheckpointIO):
         path = os.path.abspath(os.fspath(path))
         self._adopt(os.path.dirname(path))
         state, skeleton = _convert(checkpoint, self.pickle_hyperparameters)
-        name = f"{self.name}-{_layout_key(state)}"
+        name = f"{self.name}-{_layout_key(skeleton)}"
         if self._last is not None and self._last[0] == name and self._last[2] == skeleton:
             step = self._last[1]  # the same checkpoint again (a step's file, then last.ckpt)
         else:
             store = self._store(name)
-            newest = store.newest_step()
-            step = 1 if newest is None else newest + 1
-            self._materialize_before(store, name)
+            held = store.slot_steps()  # waits for the checkpoint in flight
+            step = held[-1] + 1 if held else 1
+            self._materialize_before(store, name, held)
             try:
                 if self.asynchronous:
                     self._install_hooks()
@@ -319,10 +320,10 @@ class PmckptCheckpointIO(CheckpointIO):
                 if rec.get("where") == self._where() and rec["name"].startswith(self.name + "-"):
                     self._live[p] = (rec["name"], rec["step"])
 
-    def _materialize_before(self, store, name):
-        """Before a save overwrites the store's older slot: each live file naming that
-        slot's step becomes a regular .ckpt (top-k keeps checkpoints older than two)."""
-        held = store.slot_steps()
+    def _materialize_before(self, store, name, held):
+        """Before a save overwrites the store's older slot (held: the slots' steps): each
+        live file naming that slot's step becomes a regular .ckpt (top-k keeps checkpoints
+        older than two)."""
         if len(held) < 2:
             return
         paths = [p for p, (n, s) in self._live.items() if n == name and s == held[0]]

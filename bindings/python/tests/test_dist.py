@@ -18,7 +18,6 @@ Internally: test_dist.py --worker MODE DIR RANK RDZV."""
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
@@ -100,58 +99,15 @@ def main():
     rng = random.Random(seed)
     T.diag(f"seed {seed} (PMCK_TEST_SEED to repeat); {RANKS} ranks, gloo, {trials} kill trials")
     d = T.tmpdir("pmck-py-dist-")
-    launches = [0]
-
-    def launch(mode):
-        launches[0] += 1
-        rdzv = os.path.join(d, f"rdzv.{launches[0]}")
-        return [subprocess.Popen([sys.executable, HERE, "--worker", mode, d, str(r), rdzv],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                for r in range(RANKS)]
-
-    def last_global():
-        best = None
-        for r in range(RANKS):
-            try:
-                with open(os.path.join(d, f"global.{r}")) as f:
-                    lines = f.read().split()
-            except FileNotFoundError:
-                continue
-            if lines:
-                best = max(best or 0, int(lines[-1]))
-        return best
-
-    def output(procs):
-        """Everything the ranks printed; a rank still running after 240 s is killed (a hang)."""
-        text = ""
-        for p in procs:
-            try:
-                o, _ = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                o, _ = p.communicate()
-            text += o.decode(errors="replace")
-        return text
-
-    def recover():
-        """(steps, tiers, text) of a recover launch; steps None if some rank failed."""
-        text = output(launch("recover"))
-        lines = [l.split() for l in text.splitlines() if l.startswith("rank ")]
-        good = [l for l in lines if len(l) == 7 and l[2] == "step" and l[6] == "ok"]
-        if len(good) != RANKS:
-            return None, None, text
-        return {int(l[3]) for l in good}, {int(l[1]): l[5] for l in good}, text
+    from ranks import Ranks
+    R = Ranks(HERE, d, RANKS)
+    launch, last_global, output, recover = R.launch, R.last_global, R.output, R.recover
 
     bad = 0
     for t in range(1, trials + 1):
         before = last_global()
         procs = launch("run")
-        # wait until the ranks are checkpointing (a new global step), then a random moment
-        deadline = time.time() + 120
-        while time.time() < deadline and last_global() == before and \
-                all(p.poll() is None for p in procs):
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0, 1.0))
+        R.wait_checkpointing(procs, before, rng)  # a new global step, then a random moment
         if t % 4 == 0:
             what = "all ranks"
             for p in procs:
