@@ -1285,9 +1285,15 @@ struct pmck_partner_opts {
 	const char *pm_dir;
 	const char *store_name; /* this rank's store name, for the file names; NULL: "default" */
 	/*
-	 * 0 or 1: every step.  Larger values are refused (-EINVAL): a
-	 * survivor's two local slots could not keep the step that the
-	 * partners of a lost node hold.
+	 * 0 or 1: every step is copied.  N > 1: every N-th round is (the
+	 * first after pmck_partner_new, then every N-th; a step resent by
+	 * recovery counts as one); the rounds between only offer their step.
+	 * A copied step also goes into this rank's self store,
+	 * pmckpt-<store_name>.partner-self.pool beside the held copies (two
+	 * states more), so that a lost node's survivors still hold it when
+	 * their two slots have moved on.  A lost node then comes back to the
+	 * newest global step that was copied; a kill without a lost node to
+	 * the newest global step, as always.
 	 */
 	unsigned every;
 	unsigned keep;          /* newest copies kept per partner, 1..PMCK_PARTNER_KEEP_MAX; 0: 2 */
@@ -1306,6 +1312,7 @@ struct pmck_partner_stats {
 	uint64_t bytes_sent, bytes_received;
 	uint64_t busy_ns;       /* time the partner thread spent in rounds */
 	unsigned target, source;/* the ranks this one sends to and holds copies of */
+	int64_t self_step;      /* every > 1: newest step in this rank's self store, -1: none */
 };
 
 /*
@@ -1319,7 +1326,7 @@ struct pmck_partner_stats {
  * pmck_global_recover tries the partner tier.  g must outlive *out.
  * Errors (on every rank alike where they come from the placement):
  * -EINVAL (all ranks on one node; a node with more than half the ranks;
- * bad options; collectives without sendrecv), those of pmck_local_open for
+ * bad options; `every` not the same on every rank; collectives without sendrecv), those of pmck_local_open for
  * the held stores (PMA_E_UNSAFE, PMCK_E_LAYOUT, PMA_E_BUSY) and of the
  * collectives.
  */

@@ -178,6 +178,9 @@ settle_locked(struct pmck_global *g, int wait)
 		int dret = v ? pmck_store_discard_after(g->store, v - 1) : 0;
 		if (dret)
 			g->broken = 1;
+		/* The partner copies of the step too (its round has ended: it offered). */
+		if (g->partner && v)
+			pmck__partner_discard_after(g->partner, (int64_t)v - 1);
 		g->last_global = (int64_t)v - 1;
 		return pma__err(-EIO, "step %" PRIu64 " was not committed by every rank; %s",
 				g->pending_step,
@@ -309,6 +312,7 @@ pmck_global_agreed(struct pmck_global *g)
 
 struct candidates {
 	int64_t local[2];  /* sealed steps of the slots, -1 none (or another world size's) */
+	int64_t self[2];   /* steps of the partner tier's self store (every > 1), -1 none */
 	int64_t partner[PMCK_PARTNER_KEEP_MAX]; /* steps this rank's holder verified for it */
 	size_t npartner;
 	struct pmck__steps shared;
@@ -326,10 +330,11 @@ shared_file(const struct pmck_global *g, const char *dir, uint64_t step, char *p
 }
 
 /* Where a rank loads the agreed step from (can_produce). */
-enum { FROM_NONE = 0, FROM_LOCAL = 1, FROM_SHARED = 2, FROM_PARTNER = 3 };
+enum { FROM_NONE = 0, FROM_LOCAL = 1, FROM_SHARED = 2, FROM_PARTNER = 3, FROM_SELF = 4 };
 
 /*
  * Can this rank produce `step`: FROM_LOCAL from a verifying local slot,
+ * FROM_SELF from its own verifying copy of a partner step (every > 1),
  * FROM_PARTNER from a copy its holder verified, FROM_SHARED from a
  * complete, verified shared file, FROM_NONE not (tiers in that order).  Every candidate it rejects is
  * listed (pmck_store_rejections); *damaged says that its shared file of
@@ -353,6 +358,9 @@ can_produce(struct pmck_global *g, const char *dir, const struct candidates *cd,
 		const struct pmck_rejection *r = pmck_store_rejections(g->store, &n0);
 		snprintf(local_why, why_len, "%s", r && n0 ? r[n0 - 1].reason : pmck_errormsg());
 	}
+	for (unsigned k = 0; k < 2; k++)
+		if (cd->self[k] == (int64_t)step && pmck__partner_self_check(g->partner, step) == 0)
+			return FROM_SELF;
 	for (size_t i = 0; i < cd->npartner; i++)
 		if (cd->partner[i] == (int64_t)step)
 			return FROM_PARTNER;
@@ -373,10 +381,11 @@ static uint64_t
 newest_below(const struct candidates *cd, uint64_t below)
 {
 	uint64_t best = NONE;
-	for (unsigned k = 0; k < 2; k++)
-		if (cd->local[k] >= 0 && (uint64_t)cd->local[k] + 1 < below &&
-		    (uint64_t)cd->local[k] + 1 > best)
-			best = (uint64_t)cd->local[k] + 1;
+	for (unsigned k = 0; k < 4; k++) {
+		int64_t st = k < 2 ? cd->local[k] : cd->self[k - 2];
+		if (st >= 0 && (uint64_t)st + 1 < below && (uint64_t)st + 1 > best)
+			best = (uint64_t)st + 1;
+	}
 	for (size_t i = 0; i < cd->npartner; i++)
 		if ((uint64_t)cd->partner[i] + 1 < below && (uint64_t)cd->partner[i] + 1 > best)
 			best = (uint64_t)cd->partner[i] + 1;
@@ -490,6 +499,10 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 	/* Every rank with a partner tier (all or none): which copies do the holders verify? */
 	if (partner && (ret = pmck__partner_offer(partner, cd.partner, &cd.npartner)) == 0)
 		found += cd.npartner;
+	cd.self[0] = cd.self[1] = -1;
+	if (partner)
+		pmck__partner_self_steps(partner, cd.self);
+	found += (cd.self[0] >= 0) + (cd.self[1] >= 0);
 
 	/*
 	 * Before anything is loaded, discarded or removed: is the newest
@@ -542,7 +555,8 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		if ((ret = reduce(g, &who, PMCK_REDUCE_MIN)) || (ret = reduce(g, &dmg, PMCK_REDUCE_MAX)))
 			break;
 		if (source)
-			pmck__reject(g->store, g->c.rank, source == FROM_LOCAL ? PMCK_TIER_LOCAL :
+			pmck__reject(g->store, g->c.rank, source == FROM_LOCAL || source == FROM_SELF ?
+					PMCK_TIER_LOCAL :
 					source == FROM_PARTNER ? PMCK_TIER_PARTNER : PMCK_TIER_SHARED,
 					agreed - 1, "rank %" PRIu64 " cannot produce it", who);
 		if (dmg && ndamaged < dcap) {
@@ -600,6 +614,14 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		ret = pmck__store_recover_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);
+	} else if (!ret && source == FROM_SELF) {
+		/* The slots moved on past the last partner step (a node was lost): its own copy. */
+		if (!(ret = pmck__partner_self_restore(partner, step)))
+			ret = pmck__store_recover_step(g->store, step, &rec);
+		out->tier = PMCK_TIER_LOCAL;
+		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from this rank's own copy "
+				"of its partner step (%.180s)", step, local_why[0] ? local_why :
+				"no local slot holds it");
 	} else if (!ret) {
 		char path[PATH_MAX];
 		if (!(ret = shared_file(g, dir, step, path, sizeof(path))) &&

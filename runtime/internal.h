@@ -384,11 +384,26 @@ int pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed
 /*
  * partner.c, at the end of pmck_global_recover on every rank: queues a
  * round that sends the recovered `step` again to the holder unless it
- * still holds it (held).  A replaced node's ranks hold nothing for their
+ * still holds it (held), and into the self store unless it holds it.  A replaced node's ranks hold nothing for their
  * sources until this round: without it, losing the other node next would
  * lose a step that only the replaced node had a copy of.
  */
 void pmck__partner_resend(struct pmck_partner *p, uint64_t step, int held);
+/*
+ * partner.c: the group found `step` + 1 not global (some rank did not
+ * commit it): held copies and self copies newer than `step` are unsealed,
+ * as the store's own slots are.  Called by the agreement, between rounds.
+ */
+void pmck__partner_discard_after(struct pmck_partner *p, int64_t step);
+/*
+ * partner.c, during pmck_global_recover (every > 1): the steps in this
+ * rank's self store (-1: none); whether `step` there verifies (0, else
+ * PMCK_E_CORRUPT with a rejection on the rank's store); and copying it
+ * into the rank's store (sealed only with the self copy's checksums).
+ */
+void pmck__partner_self_steps(const struct pmck_partner *p, int64_t step[2]);
+int pmck__partner_self_check(struct pmck_partner *p, uint64_t step);
+int pmck__partner_self_restore(struct pmck_partner *p, uint64_t step);
 /* partner.c: the rank holding rank's copies (for messages). */
 unsigned pmck__partner_target_of(const struct pmck_partner *p, unsigned rank);
 

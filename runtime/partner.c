@@ -18,6 +18,13 @@
  * Both halves of every sendrecv are sized from what both sides know (the
  * layout, the header), so they always pair; a receiver that cannot keep a
  * copy still takes its bytes (into a scratch piece) and says so in step 4.
+ *
+ * With `every` N > 1 only every N-th round moves data (a copy step; every
+ * rank counts the same rounds, so all agree which), the others only offer
+ * their step.  A copy step also goes, piece by piece as it is sent, into
+ * the rank's self store (<name>.partner-self): the two local slots rotate
+ * on, and a survivor of a lost node must still hold the step the partners
+ * hold for the lost ranks.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -38,7 +45,11 @@
 
 struct job {
 	uint64_t step;
-	int committed;  /* data follows: this rank sealed the step (and, resent, its holder lacks it) */
+	int committed;  /* this rank sealed the step (what it offers) */
+	int copy;       /* the round moves data (every N-th step, or resent), else it only offers */
+	int send;       /* data follows for the holder (resent: only if the holder lacks it) */
+	int self;       /* the step also goes into the self store */
+	int pinned;     /* slot is pinned until the round ends */
 	unsigned slot;
 	int resend;     /* a copy sent again after recovery: the step is global already */
 };
@@ -53,8 +64,11 @@ struct pmck_partner {
 	struct pmck_store *store;   /* this rank's own */
 	struct pmck_collectives c;
 	unsigned keep, nheld;
+	unsigned every;             /* a copy step every `every` rounds */
+	unsigned since;             /* rounds queued since the last copy step, mod every */
 	unsigned target, source;
 	struct held held[(PMCK_PARTNER_KEEP_MAX + 1) / 2]; /* copies of the source's steps */
+	struct held self;           /* every > 1: this rank's own copy steps, outside its slots */
 	uint64_t *expect;           /* scratch: the sender's checksums (round header) */
 	size_t hdr_words;
 	uint64_t *hdr_out, *hdr_in;
@@ -155,13 +169,36 @@ gather(struct pmck_partner *p, uint64_t value, uint64_t *all)
 	return 0;
 }
 
-/* The held stores: pmckpt-<name>.partner-of-<source>[.<j>].pool, with the group's layout. */
+/* One store of copies, pmckpt-<name>.pool in the tier's directory, with the layout d[0..n). */
+static int
+open_copy_store(const struct pmck_partner_opts *o, const char *name,
+		const struct pmck_tensor_desc *d, size_t n, struct held *h)
+{
+	char path[PATH_MAX];
+	struct pmck_local_opts lo = {.ramdisk_dir = o->ramdisk_dir, .store_name = name,
+			.descs = d, .ndescs = n, .flags = o->flags & PMCK_LOCAL_SHARED_DIR};
+	if (o->pm_dir) {
+		if (snprintf(path, sizeof(path), "%s/pmckpt-%s.pool", o->pm_dir, name) >=
+		    (int)sizeof(path))
+			return pma__err(-ENAMETOOLONG, "pm_dir '%s' is too long", o->pm_dir);
+		lo.pm_path = path;
+	}
+	int ret = pmck_local_open(&lo, &h->l);
+	h->open = ret == 0;
+	return ret;
+}
+
+/*
+ * The held stores, pmckpt-<name>.partner-of-<source>[.<j>].pool, and with
+ * every > 1 the self store, pmckpt-<name>.partner-self.pool: the group's layout.
+ */
 static int
 open_held(struct pmck_partner *p, const struct pmck_partner_opts *o)
 {
 	size_t n = pmck_store_ntensors(p->store);
 	struct pmck_tensor_desc *d = calloc(n ? n : 1, sizeof(*d));
-	char name[STORE_NAME_MAX], path[PATH_MAX];
+	const char *base = o->store_name ? o->store_name : "default";
+	char name[STORE_NAME_MAX];
 	int ret = d ? 0 : pma__err(-ENOMEM, "out of memory");
 
 	for (size_t i = 0; !ret && i < n; i++) {
@@ -171,31 +208,23 @@ open_held(struct pmck_partner *p, const struct pmck_partner_opts *o)
 				.layer = ti.layer};
 		memcpy(d[i].shape, ti.shape, sizeof(d[i].shape));
 	}
-	for (unsigned j = 0; !ret && j < p->nheld; j++) {
-		int len = p->nheld == 1 ?
-			snprintf(name, sizeof(name), "%s.partner-of-%u", o->store_name ? o->store_name :
-					"default", p->source) :
-			snprintf(name, sizeof(name), "%s.partner-of-%u.%u", o->store_name ?
-					o->store_name : "default", p->source, j);
+	for (unsigned j = 0; !ret && j <= p->nheld; j++) {
+		int self = j == p->nheld;
+		if (self && p->every < 2)
+			break;
+		int len = self ? snprintf(name, sizeof(name), "%s.partner-self", base) :
+			p->nheld == 1 ?
+			snprintf(name, sizeof(name), "%s.partner-of-%u", base, p->source) :
+			snprintf(name, sizeof(name), "%s.partner-of-%u.%u", base, p->source, j);
 		if (len < 0 || (size_t)len >= sizeof(name)) {
 			ret = pma__err(-ENAMETOOLONG, "store name '%s' is too long for its partner "
-					"copies (%d of %zu bytes)", o->store_name, len, sizeof(name) - 1);
+					"copies (%d of %zu bytes)", base, len, sizeof(name) - 1);
 			break;
 		}
-		struct pmck_local_opts lo = {.ramdisk_dir = o->ramdisk_dir, .store_name = name,
-				.descs = d, .ndescs = n, .flags = o->flags & PMCK_LOCAL_SHARED_DIR};
-		if (o->pm_dir) {
-			if (snprintf(path, sizeof(path), "%s/pmckpt-%s.pool", o->pm_dir, name) >=
-			    (int)sizeof(path)) {
-				ret = pma__err(-ENAMETOOLONG, "pm_dir '%s' is too long", o->pm_dir);
-				break;
-			}
-			lo.pm_path = path;
-		}
-		if ((ret = pmck_local_open(&lo, &p->held[j].l)))
+		if ((ret = open_copy_store(o, name, d, n, self ? &p->self : &p->held[j])) && self)
+			pma__err_prefix(ret, "this rank's own copy of its partner steps");
+		else if (ret)
 			pma__err_prefix(ret, "the partner copies this rank holds for rank %u", p->source);
-		else
-			p->held[j].open = 1;
 	}
 	free(d);
 	return ret;
@@ -217,6 +246,8 @@ release(struct pmck_partner *p)
 	for (unsigned j = 0; j < p->nheld; j++)
 		if (p->held[j].open)
 			pmck_local_close(&p->held[j].l);
+	if (p->self.open)
+		pmck_local_close(&p->self.l);
 	free(p->hdr_out);
 	free(p->hdr_in);
 	free(p->scratch);
@@ -241,11 +272,6 @@ pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *c,
 	if (o->keep > PMCK_PARTNER_KEEP_MAX || (o->flags & ~PMCK_LOCAL_SHARED_DIR))
 		return pma__err(-EINVAL, "pmck_partner_new: keep %u (1..%u) or flags %#x", o->keep,
 				PMCK_PARTNER_KEEP_MAX, o->flags);
-	if (o->every > 1)
-		return pma__err(-EINVAL, "pmck_partner_new: every %u: only every step (1) is "
-				"supported: a survivor's two local slots must still hold the step that "
-				"the partners hold for a lost node, which a partner copy every N-th step "
-				"cannot promise", o->every);
 	/*
 	 * Checks that could differ between ranks fail collectively below (the
 	 * node gather still runs), so that no rank is left waiting.
@@ -264,7 +290,8 @@ pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *c,
 	p->c = *c;
 	p->keep = o->keep ? o->keep : 2;
 	p->nheld = (p->keep + 1) / 2;
-	p->stats.confirmed_step = p->stats.held_step = -1;
+	p->every = o->every ? o->every : 1;
+	p->stats.confirmed_step = p->stats.held_step = p->stats.self_step = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 
@@ -296,6 +323,14 @@ pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *c,
 		else if (!ret && any)
 			ret = pma__err(-EIO, "another rank could not set up its partner copies");
 	}
+	/* Every rank counts the same rounds as copy steps only with the same `every`. */
+	uint64_t most = p->every, least = ~(uint64_t)p->every;
+	if (!ret && !(ret = c->allreduce_u64(c->ctx, &most, PMCK_REDUCE_MAX)) &&
+	    !(ret = c->allreduce_u64(c->ctx, &least, PMCK_REDUCE_MAX)) && most != ~least)
+		ret = pma__err(-EINVAL, "the ranks copy every %" PRIu64 " to every %" PRIu64 " steps: "
+				"`every` must be the same on every rank", ~least, most);
+	else if (ret && ret != -EINVAL)
+		ret = pma__err(ret, "allreduce failed (%d)", ret);
 	size_t n = pmck_store_ntensors(p->store);
 	p->hdr_words = 7 + n;
 	if (!ret && (!(p->hdr_out = calloc(p->hdr_words, 8)) || !(p->hdr_in = calloc(p->hdr_words, 8)) ||
@@ -312,6 +347,8 @@ pmck_partner_new(struct pmck_global *g, const struct pmck_collectives *c,
 	for (unsigned j = 0; j < p->nheld; j++)
 		if (held_newest(p->held[j].l.store) > p->stats.held_step)
 			p->stats.held_step = held_newest(p->held[j].l.store);
+	if (p->self.open)
+		p->stats.self_step = held_newest(p->self.l.store);
 	pmck__global_set_partner(g, p);
 	*out = p;
 	return 0;
@@ -342,23 +379,41 @@ pmck__partner_target_of(const struct pmck_partner *p, unsigned rank)
 
 /* --------------------------------------------------------------- rounds */
 
-/* Queues a round of `step`; the slot it sends from stays pinned until the round ends. */
+/* Does the self store hold `step` sealed? */
+static int
+self_holds(const struct pmck_partner *p, uint64_t step)
+{
+	return p->self.open && (pmck_store_slot_step(p->self.l.store, 0) == (int64_t)step ||
+				pmck_store_slot_step(p->self.l.store, 1) == (int64_t)step);
+}
+
+/*
+ * Queues the round of `step`.  A copy step (every `every`-th round, and a
+ * resent step) moves data: send: for the holder; self: into the self
+ * store; the slot it is read from stays pinned until the round ends.
+ * Other rounds only offer the step, in order behind the rounds before it.
+ */
 static void
-queue_round(struct pmck_partner *p, uint64_t step, int send, int resend)
+queue_round(struct pmck_partner *p, uint64_t step, int committed, int send, int self, int resend)
 {
 	struct pmck_store *s = p->store;
 	int slot = -1;
-	for (unsigned k = 0; send && k < 2; k++)
-		if (pmck__sealed_step(s, k) == (int64_t)step)
-			slot = (int)k;
 	pthread_mutex_lock(&p->lock);
 	while (p->len == QUEUE)
 		pthread_cond_wait(&p->cond, &p->lock);
+	/* Every rank queues the same rounds in the same order: they agree on the copy steps. */
+	int copy = resend || p->since == 0;
+	p->since = resend ? 1 % p->every : (p->since + 1) % p->every;
+	for (unsigned k = 0; copy && (send || self) && k < 2; k++)
+		if (pmck__sealed_step(s, k) == (int64_t)step)
+			slot = (int)k;
 	/* Pinned before the caller can begin again: the next begin targets the other slot. */
 	if (slot >= 0)
 		pmck__slot_pin(s, (unsigned)slot);
-	p->queue[(p->head + p->len) % QUEUE] = (struct job){step, slot >= 0,
-			slot >= 0 ? (unsigned)slot : 0, resend};
+	p->queue[(p->head + p->len) % QUEUE] = (struct job){.step = step,
+			.committed = committed && (!copy || slot >= 0), .copy = copy,
+			.send = send && slot >= 0, .self = self && p->self.open && slot >= 0,
+			.pinned = slot >= 0, .slot = slot >= 0 ? (unsigned)slot : 0, .resend = resend};
 	p->len++;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -367,14 +422,15 @@ queue_round(struct pmck_partner *p, uint64_t step, int send, int resend)
 int
 pmck__partner_submit(struct pmck_partner *p, uint64_t step, int committed)
 {
-	queue_round(p, step, committed, 0);
+	queue_round(p, step, committed, committed, committed, 0);
 	return 0;
 }
 
 void
 pmck__partner_resend(struct pmck_partner *p, uint64_t step, int held)
 {
-	queue_round(p, step, !held, 1);
+	/* The partner thread is idle (recovery): the self store can be read here. */
+	queue_round(p, step, 1, !held, !self_holds(p, step), 1);
 }
 
 static int
@@ -468,14 +524,26 @@ trim_held(struct pmck_partner *p, int64_t upto)
 	}
 }
 
+/* Unseals the self store's slots newer than `upto` (never global). */
+static void
+trim_self(struct pmck_partner *p, int64_t upto)
+{
+	for (unsigned k = 0; p->self.open && k < 2; k++)
+		if (pmck_store_slot_step(p->self.l.store, k) > upto)
+			pmck__slot_unseal(p->self.l.store, k);
+}
+
 /*
  * Sends what the header in hdr_out promised from slot k of s to `dst`
  * while receiving what hdr_in promised from `src` into *into (NULL: into
- * scratch, dropped).  *into becomes NULL if writing it fails midway.
+ * scratch, dropped).  *into becomes NULL if writing it fails midway.  Each
+ * piece of slot k also goes into *self (may be NULL), as it is sent; a
+ * failure there aborts *self, sets it NULL and leaves its code in *self_ret.
  */
 static int
 move_data(struct pmck_partner *p, const struct pmck_store *s, unsigned k, unsigned dst,
-		struct pmck_ckpt **into, unsigned src, uint64_t *sent, uint64_t *received)
+		struct pmck_ckpt **into, unsigned src, struct pmck_ckpt **self, int *self_ret,
+		uint64_t *sent, uint64_t *received)
 {
 	int send = p->hdr_out[2] != 0, recv = p->hdr_in[2] != 0;
 	size_t n = pmck_store_ntensors(s);
@@ -492,6 +560,12 @@ move_data(struct pmck_partner *p, const struct pmck_store *s, unsigned k, unsign
 					to ? to + off : p->scratch, recv ? len : 0);
 			if (!ret && recv && to)
 				pmck__ckpt_landed(*into, i, off, len);
+			/* Copied and hashed while the piece is still in the cache. */
+			if (!ret && self && *self &&
+			    (*self_ret = pmck_ckpt_write_range(*self, i, off, from + off, len))) {
+				pmck_ckpt_abort(*self);
+				*self = NULL;
+			}
 			*sent += send && !ret ? len : 0;
 			*received += recv && !ret ? len : 0;
 		}
@@ -499,17 +573,22 @@ move_data(struct pmck_partner *p, const struct pmck_store *s, unsigned k, unsign
 	return ret;
 }
 
-/* One round (see the top of the file).  *confirmed: the target sealed this rank's copy. */
+/*
+ * One round (see the top of the file).  *confirmed: the target sealed this
+ * rank's copy; *kept: this rank sealed its source's; *self_kept: the self store sealed the step.
+ */
 static int
-run_round(struct pmck_partner *p, const struct job *j, int *confirmed, int *kept,
+run_round(struct pmck_partner *p, const struct job *j, int *confirmed, int *kept, int *self_kept,
 		uint64_t *sent, uint64_t *received)
 {
 	struct pmck_store *s = p->store;
-	struct pmck_ckpt *c = NULL;
-	int ret, keep_ret = 0;
+	struct pmck_ckpt *c = NULL, *mine = NULL;
+	int ret, keep_ret = 0, self_ret = 0;
 
 	*confirmed = *kept = 0;
-	fill_header(p, s, j->step, j->committed, j->slot);
+	if (!j->copy)
+		return 0; /* between copy steps: nothing moves, the step is offered as committed */
+	fill_header(p, s, j->step, j->send, j->slot);
 	if ((ret = xfer(p, p->target, p->hdr_out, p->hdr_words * 8, p->source, p->hdr_in,
 			p->hdr_words * 8)))
 		return ret;
@@ -526,7 +605,14 @@ run_round(struct pmck_partner *p, const struct job *j, int *confirmed, int *kept
 		if ((keep_ret = pmck_store_begin(h, j->step, &c)))
 			c = NULL;
 	}
-	ret = move_data(p, s, j->slot, p->target, &c, p->source, sent, received);
+	if (j->self) {
+		struct pmck_store *h = p->self.l.store;
+		trim_self(p, (int64_t)j->step - 1);
+		h->world_tag = s->slot[j->slot]->world;
+		if ((self_ret = pmck_store_begin(h, j->step, &mine)))
+			mine = NULL;
+	}
+	ret = move_data(p, s, j->slot, p->target, &c, p->source, &mine, &self_ret, sent, received);
 	if (!ret && c) {
 		/* Persist point: the copy is sealed only if it is what the sender committed. */
 		if (!(keep_ret = pmck__ckpt_commit_expect(c, &p->hdr_in[7]))) {
@@ -536,18 +622,32 @@ run_round(struct pmck_partner *p, const struct job *j, int *confirmed, int *kept
 	} else if (c) {
 		pmck_ckpt_abort(c);
 	}
+	/*
+	 * Persist point: the self copy is sealed only if it equals the
+	 * committed slot; the step is offered (and can become global) only
+	 * after this, so once it is global every survivor of a lost node
+	 * holds it here, whatever its two slots have moved on to.
+	 */
+	if (!ret && mine)
+		self_ret = pmck__ckpt_commit_expect(mine, s->csum[j->slot]);
+	else if (mine)
+		pmck_ckpt_abort(mine);
 	/* Status: to the source what became of its copy, from the target what became of ours. */
-	uint64_t mine = 0, theirs = p->hdr_in[2] ? (*kept ? 1 : 2) : 0;
+	uint64_t status = 0, theirs = p->hdr_in[2] ? (*kept ? 1 : 2) : 0;
 	if (!ret)
-		ret = xfer(p, p->source, &theirs, sizeof(theirs), p->target, &mine, sizeof(mine));
+		ret = xfer(p, p->source, &theirs, sizeof(theirs), p->target, &status, sizeof(status));
 	if (!ret)
-		*confirmed = j->committed && mine == 1;
+		*confirmed = j->send && status == 1;
 	if (!ret && keep_ret)
 		ret = pma__err(keep_ret, "the partner copy of rank %u's step %" PRIu64 " was not kept: "
 				"%s", p->source, j->step, pmck_errormsg());
-	if (!ret && j->committed && mine != 1)
+	if (!ret && j->send && status != 1)
 		ret = pma__err(-EIO, "rank %u did not keep this rank's copy of step %" PRIu64 " (%s)",
-				p->target, j->step, mine == 2 ? "it failed there" : "nothing arrived");
+				p->target, j->step, status == 2 ? "it failed there" : "nothing arrived");
+	if (!ret && self_ret)
+		ret = pma__err(self_ret, "this rank's own copy of step %" PRIu64 " was not kept: %s",
+				j->step, pmck_errormsg());
+	*self_kept = j->self && !ret;
 	return ret;
 }
 
@@ -570,14 +670,15 @@ partner_thread(void *arg)
 		p->busy = 1;
 		pthread_mutex_unlock(&p->lock);
 
-		int confirmed = 0, kept = 0, ret;
+		int confirmed = 0, kept = 0, self_kept = 0, ret;
 		uint64_t sent = 0, received = 0, t0 = pmck__now_ns();
 		/* After a transport failure the pairs are out of step: no more rounds. */
 		int broken = p->broken;
-		ret = broken ? -EPIPE : run_round(p, &j, &confirmed, &kept, &sent, &received);
+		ret = broken && j.copy ? -EPIPE :
+			run_round(p, &j, &confirmed, &kept, &self_kept, &sent, &received);
 		if (ret == PMCK_E_LAYOUT || ret == -EPROTO)
 			p->broken = 1; /* the halves could not be sized alike */
-		if (j.committed)
+		if (j.pinned)
 			pmck__slot_unpin(p->store, j.slot);
 		/*
 		 * Now the group may agree on the step: it is global only if every
@@ -602,6 +703,8 @@ partner_thread(void *arg)
 			p->stats.received++;
 			p->stats.held_step = (int64_t)j.step;
 		}
+		if (self_kept)
+			p->stats.self_step = (int64_t)j.step;
 		if (ret == PMCK_E_CORRUPT)
 			p->stats.rejected++;
 		if (ret && !p->fail && !broken) {
@@ -733,7 +836,8 @@ pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed)
 		c = NULL;
 	uint64_t sent = 0, received = 0;
 	/* Directions are reversed here: data flows from holder (this rank, to source) to owner. */
-	ret = move_data(p, from ? from : s, slot, p->source, &c, p->target, &sent, &received);
+	ret = move_data(p, from ? from : s, slot, p->source, &c, p->target, NULL, NULL, &sent,
+			&received);
 	int cret = 0;
 	if (!ret && c)
 		/* Persist point: the owner's slot is sealed only with the holder's checksums. */
@@ -742,6 +846,7 @@ pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed)
 		pmck_ckpt_abort(c);
 	/* Copies newer than the agreed step were never global: dropped durably. */
 	trim_held(p, (int64_t)agreed);
+	trim_self(p, (int64_t)agreed);
 	if (ret)
 		return ret;
 	if (need && hret)
@@ -753,4 +858,61 @@ pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed)
 		return pma__err(bret ? bret : cret, "receiving step %" PRIu64 " from partner rank %u: %s",
 				need - 1, p->target, pmck_errormsg());
 	return 0;
+}
+
+void
+pmck__partner_discard_after(struct pmck_partner *p, int64_t step)
+{
+	trim_held(p, step);
+	trim_self(p, step);
+}
+
+void
+pmck__partner_self_steps(const struct pmck_partner *p, int64_t step[2])
+{
+	for (unsigned k = 0; k < 2; k++)
+		step[k] = p->self.open ? pmck_store_slot_step(p->self.l.store, k) : -1;
+}
+
+int
+pmck__partner_self_check(struct pmck_partner *p, uint64_t step)
+{
+	struct pmck_store *h = p->self.l.store;
+	struct pmck_recovery rec;
+	size_t nr;
+
+	pmck__reject_start(h, p->c.rank);
+	if (pmck__store_recover_step(h, step, &rec) == 0)
+		return 0;
+	const struct pmck_rejection *r = pmck_store_rejections(h, &nr);
+	const char *why = r && nr ? r[nr - 1].reason : pmck_errormsg();
+	if (!strncmp(why, "local ", 6)) /* "local slot 1 failed ...": the self store's slot */
+		why += 6;
+	pmck__reject(p->store, p->c.rank, PMCK_TIER_LOCAL, step,
+			"this rank's own copy of its partner step: %s", why);
+	return PMCK_E_CORRUPT;
+}
+
+int
+pmck__partner_self_restore(struct pmck_partner *p, uint64_t step)
+{
+	struct pmck_store *h = p->self.l.store, *s = p->store;
+	struct pmck_ckpt *c;
+	int k = pmck_store_slot_step(h, 0) == (int64_t)step ? 0 :
+		pmck_store_slot_step(h, 1) == (int64_t)step ? 1 : -1;
+	if (k < 0)
+		return pma__err(PMCK_E_NONE_USABLE, "this rank's own copy of step %" PRIu64 " is gone",
+				step);
+	int ret = pmck_store_begin(s, step, &c);
+	for (size_t i = 0; !ret && i < pmck_store_ntensors(s); i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(h, i, &ti);
+		ret = pmck_ckpt_write_range(c, i, 0, h->data[k] + ti.offset, ti.nbytes);
+	}
+	/* Persist point: the slot is sealed only with the checksums the self copy was sealed with. */
+	if (!ret)
+		return pmck__ckpt_commit_expect(c, h->csum[k]);
+	if (c)
+		pmck_ckpt_abort(c);
+	return ret;
 }

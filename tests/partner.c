@@ -9,6 +9,9 @@
  * an older step; a rank and its partner both lost: the shared tier, or a
  * refusal on every rank naming both; the copies a replaced node lost sent
  * again by recovery, so that losing the other node next loses nothing.
+ * Copies every 3rd step: a lost node's survivors come back from their
+ * own copy of the last copied step (their slots have moved on), a damaged
+ * one rejected for the older copy; `every` not alike refused everywhere.
  * (Kills and MPI: tests/mpi_partner.sh.)
  */
 #include <errno.h>
@@ -36,6 +39,9 @@ struct phase {
 	const char *shared;      /* recover from (and, if saving, copy out to) this directory */
 	uint64_t save_from, save_to;
 	int pipeline;            /* save through a global pipeline instead of begin/commit */
+	unsigned every;          /* pmck_partner_opts.every */
+	unsigned every_rank3;    /* rank 3's, if not 0 (pmck_partner_new must refuse) */
+	uint64_t fail_rank3_at;  /* rank 3's commit of this step fails (not 0) */
 };
 
 struct rank {
@@ -43,7 +49,7 @@ struct rank {
 	struct member m;
 	const struct phase *ph;
 	int ret_open, ret_partner, ret_recover, ret_save, ret_wait, exact;
-	char recover_msg[512];
+	char partner_msg[512], recover_msg[512];
 	struct pmck_global_recovery rec;
 	struct pmck_partner_stats st;
 	char rejections[2048];   /* every rejection's reason, one per line */
@@ -99,6 +105,14 @@ save(struct rank *r, struct pmck_store *s, struct pmck_global *g)
 		}
 		for (unsigned t = 0; t < 2; t++)
 			fill(src[t], nbytes[t], step, r->id, t);
+		if (r->id == 3 && step == r->ph->fail_rank3_at) {
+			/* A commit that fails: the group learns that the step is not global. */
+			if (!(ret = pmck_global_begin(g, step, &c))) {
+				pmck_ckpt_abort(c);
+				ret = pmck_global_note_commit(g, step, 0);
+			}
+			continue;
+		}
 		if (!(ret = pmck_global_begin(g, step, &c)) &&
 		    !(ret = pmck_ckpt_write_all(c, (const void *const *)src, 1)))
 			ret = pmck_global_commit(g, c);
@@ -138,7 +152,8 @@ rank_main(void *arg)
 	struct pmck_local_opts lo = {.ramdisk_dir = nodedir, .store_name = name, .descs = descs,
 			.ndescs = 2};
 	struct pmck_partner_opts popts = {.node = NODE(r->id) + 100, .ramdisk_dir = nodedir,
-			.store_name = name};
+			.store_name = name, .every = r->id == 3 && r->ph->every_rank3 ?
+			r->ph->every_rank3 : r->ph->every};
 
 	if ((r->ret_open = pmck_local_open(&lo, &l)) ||
 	    (r->ret_open = pmck_global_new(l.store, &coll, &g))) {
@@ -146,8 +161,10 @@ rank_main(void *arg)
 		exit(1);
 	}
 	if ((r->ret_partner = pmck_partner_new(g, &coll, &popts, &pt))) {
-		diag("rank %u: %s", r->id, pmck_errormsg());
-		exit(1);
+		snprintf(r->partner_msg, sizeof(r->partner_msg), "%s", pmck_errormsg());
+		pmck_global_delete(&g);
+		pmck_local_close(&l);
+		return NULL;
 	}
 	r->ret_recover = pmck_global_recover(g, r->ph->shared, &r->rec);
 	snprintf(r->recover_msg, sizeof(r->recover_msg), "%s", r->ret_recover ? pmck_errormsg() : "");
@@ -205,15 +222,15 @@ lose_node(unsigned node)
 	sh("rm -rf %s", nodedir);
 }
 
-/* Flips a byte of the newest copy that rank 0 (node 0) holds for rank 2. */
+/* Flips a byte of the newest step in store `name` of node `node`. */
 static int
-corrupt_held_copy_of_rank2(uint64_t *step)
+corrupt_newest(unsigned node, const char *name, uint64_t *step)
 {
 	char nodedir[600];
 	struct pmck_local l;
 	struct pmck_recovery rec;
-	snprintf(nodedir, sizeof(nodedir), "%s/node0", dir);
-	struct pmck_local_opts lo = {.ramdisk_dir = nodedir, .store_name = "rank0.partner-of-2",
+	snprintf(nodedir, sizeof(nodedir), "%s/node%u", dir, node);
+	struct pmck_local_opts lo = {.ramdisk_dir = nodedir, .store_name = name,
 			.flags = PMCK_LOCAL_EXISTING};
 	int ret = pmck_local_open(&lo, &l);
 	if (ret)
@@ -225,6 +242,30 @@ corrupt_held_copy_of_rank2(uint64_t *step)
 	}
 	pmck_local_close(&l);
 	return ret;
+}
+
+/* The steps sealed in store `name` of node `node` (-1: none). */
+static void
+store_steps(unsigned node, const char *name, int64_t st[2])
+{
+	char nodedir[600];
+	struct pmck_local l;
+	snprintf(nodedir, sizeof(nodedir), "%s/node%u", dir, node);
+	struct pmck_local_opts lo = {.ramdisk_dir = nodedir, .store_name = name,
+			.flags = PMCK_LOCAL_EXISTING};
+	st[0] = st[1] = -1;
+	if (pmck_local_open(&lo, &l) == 0) {
+		st[0] = pmck_store_slot_step(l.store, 0);
+		st[1] = pmck_store_slot_step(l.store, 1);
+		pmck_local_close(&l);
+	}
+}
+
+/* Flips a byte of the newest copy that rank 0 (node 0) holds for rank 2. */
+static int
+corrupt_held_copy_of_rank2(uint64_t *step)
+{
+	return corrupt_newest(0, "rank0.partner-of-2", step);
 }
 
 static void
@@ -267,6 +308,129 @@ test_placement(void)
 	const uint64_t one[] = {3, 3};
 	is_int(pmck_partner_place(one, 2, t), -EINVAL, "one node is refused");
 	ok(strstr(pmck_errormsg(), "one node") != NULL, "and says why: %s", pmck_errormsg());
+}
+
+/* Copies every 3rd step, in a directory of their own. */
+static void
+test_every(struct rank *ranks)
+{
+	sh("rm -rf %s/node0 %s/node1", dir);
+
+	/* 8. Steps 1..9: copy steps 1, 4, 7 (the first round, then every 3rd). */
+	struct phase p8 = {.save_from = 1, .save_to = 9, .every = 3};
+	run_phase(ranks, &p8);
+	for (unsigned i = 0; i < RANKS; i++) {
+		struct rank *r = &ranks[i];
+		is_int(r->ret_save, 0, "every 3: rank %u: steps 1..9 saved", i);
+		is_int(r->ret_wait, 0, "every 3: rank %u: every round succeeded", i);
+		ok(r->st.sent == 3 && r->st.confirmed_step == 7 && r->st.received == 3 &&
+		   r->st.held_step == 7 && r->st.self_step == 7 && r->st.rounds == 9,
+				"every 3: rank %u: 9 rounds, steps 1, 4, 7 copied (sent %llu, confirmed "
+				"%lld, held %lld, own copy %lld)", i, (unsigned long long)r->st.sent,
+				(long long)r->st.confirmed_step, (long long)r->st.held_step,
+				(long long)r->st.self_step);
+		is_int(r->st.bytes_sent, 3ull * (BYTES + 4000), "every 3: rank %u: bytes sent", i);
+	}
+
+	/*
+	 * 9. Node 1 lost.  Node 0's slots hold 8 and 9 (global, but never
+	 * copied); step 7, the newest copied one, comes from their own copy
+	 * and, for node 1's ranks, from the partners.  Then 8..10 through a
+	 * pipeline: the resent 7 counts as a copy, so 10 is the next.
+	 */
+	lose_node(1);
+	struct phase p9 = {.save_from = 8, .save_to = 10, .pipeline = 1, .every = 3};
+	run_phase(ranks, &p9);
+	for (unsigned i = 0; i < RANKS; i++) {
+		struct rank *r = &ranks[i];
+		is_int(r->ret_recover, 0, "every 3: rank %u: recovered after node 1 was lost", i);
+		is_int(r->rec.step, 7, "every 3: rank %u: step 7, the newest copied global step", i);
+		is_int(r->rec.tier, NODE(i) ? PMCK_TIER_PARTNER : PMCK_TIER_LOCAL,
+				"every 3: rank %u: from its %s (%s)", i, NODE(i) ? "partner" :
+				"own copy", r->rec.reason);
+		ok(NODE(i) || strstr(r->rec.reason, "own copy of its partner step"),
+				"every 3: rank %u: the reason says which copy", i);
+		ok(r->exact, "every 3: rank %u: bit-exact", i);
+		is_int(r->ret_save, 0, "every 3: rank %u: steps 8..10 saved", i);
+		ok(r->ret_wait == 0 && r->st.confirmed_step == 10 && r->st.self_step == 10 &&
+		   r->st.sent == (NODE(i) ? 1u : 2u), "every 3: rank %u: step 7 %s, then step 10 "
+				"copied (sent %llu, confirmed %lld, own copy %lld)", i, NODE(i) ?
+				"not resent (its holder on node 0 kept it)" :
+				"resent to its replaced holder on node 1",
+				(unsigned long long)r->st.sent, (long long)r->st.confirmed_step,
+				(long long)r->st.self_step);
+	}
+
+	/* 10. A restart with nothing lost: step 10 from the slots; then 11, 12 (not copied). */
+	struct phase p10 = {.save_from = 11, .save_to = 12, .every = 3};
+	run_phase(ranks, &p10);
+	for (unsigned i = 0; i < RANKS; i++) {
+		struct rank *r = &ranks[i];
+		ok(r->ret_recover == 0 && r->rec.step == 10 && r->rec.tier == PMCK_TIER_LOCAL &&
+		   r->exact, "every 3: rank %u: a plain restart resumes step 10 from its slots (%s)",
+				i, r->rec.reason);
+		ok(r->ret_save == 0 && r->ret_wait == 0 && r->st.sent == 0 && r->st.rounds == 3,
+				"every 3: rank %u: 10 already held everywhere, 11 and 12 not copied "
+				"(sent %llu, rounds %llu)", i, (unsigned long long)r->st.sent,
+				(unsigned long long)r->st.rounds);
+	}
+
+	/*
+	 * 11. Node 0 lost, and rank 2's own copy of step 10 damaged: rejected,
+	 * and every rank goes back to step 7, the older copy (rank 2 from its
+	 * own copy of 7, node 0's ranks from the partners).
+	 */
+	lose_node(0);
+	uint64_t bad = 0;
+	is_int(corrupt_newest(1, "rank2.partner-self", &bad), 0, "a byte of rank 2's own copy "
+			"flipped");
+	is_int(bad, 10, "in its newest, step 10");
+	struct phase p11 = {.save_from = 1, .save_to = 0, .every = 3};
+	run_phase(ranks, &p11);
+	for (unsigned i = 0; i < RANKS; i++) {
+		struct rank *r = &ranks[i];
+		ok(r->ret_recover == 0 && r->rec.step == 7 && r->exact, "every 3: rank %u: step 7, "
+				"bit-exact (%s)", i, r->ret_recover ? r->recover_msg : r->rec.reason);
+		is_int(r->rec.tier, NODE(i) ? PMCK_TIER_LOCAL : PMCK_TIER_PARTNER,
+				"every 3: rank %u: from its %s", i, NODE(i) ? "own copy" : "partner");
+	}
+	ok(strstr(ranks[2].rejections, "own copy of its partner step") &&
+	   strstr(ranks[2].rejections, "checksum"), "every 3: rank 2 lists its damaged own copy: %s",
+			ranks[2].rejections);
+
+	/*
+	 * 13. A fresh job whose rank 3 fails to commit step 4, a copy step:
+	 * not global, so the copies of it that others sealed (held, own) are
+	 * dropped too, and a lost node comes back to step 1, the last copied
+	 * global step.
+	 */
+	sh("rm -rf %s/node0 %s/node1", dir);
+	struct phase p13 = {.save_from = 1, .save_to = 4, .every = 3, .fail_rank3_at = 4};
+	run_phase(ranks, &p13);
+	for (unsigned i = 0; i < RANKS; i++)
+		is_int(ranks[i].ret_save, -EIO, "every 3: rank %u: step 4 is not global", i);
+	int64_t held[2], own[2];
+	store_steps(0, "rank0.partner-of-2", held);
+	store_steps(0, "rank0.partner-self", own);
+	ok(held[0] != 4 && held[1] != 4 && (held[0] == 1 || held[1] == 1), "every 3: rank 0 holds "
+			"rank 2's copy of step 1, not of step 4 (%lld %lld)", (long long)held[0],
+			(long long)held[1]);
+	ok(own[0] != 4 && own[1] != 4 && (own[0] == 1 || own[1] == 1), "every 3: rank 0's own "
+			"copies: step 1, not 4 (%lld %lld)", (long long)own[0], (long long)own[1]);
+	lose_node(1);
+	struct phase p14 = {.save_from = 1, .save_to = 0, .every = 3};
+	run_phase(ranks, &p14);
+	for (unsigned i = 0; i < RANKS; i++)
+		ok(ranks[i].ret_recover == 0 && ranks[i].rec.step == 1 && ranks[i].exact,
+				"every 3: rank %u: node 1 lost: step 1, bit-exact (%s)", i,
+				ranks[i].ret_recover ? ranks[i].recover_msg : ranks[i].rec.reason);
+
+	/* 12. `every` not alike: refused on every rank, nothing else happens. */
+	struct phase p12 = {.save_from = 1, .save_to = 0, .every = 3, .every_rank3 = 2};
+	run_phase(ranks, &p12);
+	for (unsigned i = 0; i < RANKS; i++)
+		ok(ranks[i].ret_partner == -EINVAL && strstr(ranks[i].partner_msg, "same on every rank"),
+				"every 3 and 2: rank %u refuses: %s", i, ranks[i].partner_msg);
 }
 
 int
@@ -396,6 +560,7 @@ main(void)
 		ok(r->exact, "rank %u: bit-exact", i);
 	}
 
+	test_every(ranks);
 	sh("rm -rf %s", dir);
 	return done_testing();
 }
