@@ -12,9 +12,14 @@
  *    once from the partners (no shared directory) and once from the copy-out
  *    under SHARED (no partner tier), as a restarted job would.  Times
  *    from the open to a loaded store, the slowest rank.
- * Rank 0 prints "stall NONE PARTNER", "recovery PARTNER SHARED" (seconds),
- * "bytes SENT_PER_S", "transport BYTES_PER_S" (plain MPI_Sendrecv of the
- * same bytes, same pieces), each line for the script to turn into bench: lines.
+ *    The same with a copy every 4th step only (`every`): "stall4".
+ * 3. Rounds alone: STEPS checkpoints with no compute between them, so that
+ *    nothing else runs during a round (begin waits for the previous one);
+ *    the bytes the rounds sent per second of round, against plain
+ *    MPI_Sendrecv of the same bytes in the same pieces.
+ * Rank 0 prints "stall NONE PARTNER", "stall4 PARTNER_EVERY4",
+ * "recovery PARTNER SHARED" (seconds), "bytes SENT_PER_S", "transport
+ * BYTES_PER_S", each line for the script to turn into bench: lines.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -68,12 +73,14 @@ struct job {
 	struct pmck_partner *p;
 };
 
+/* partner: 0 none, else partner copies of every `partner`-th step. */
 static void
-open_job(struct job *j, int partner, uint64_t node)
+open_job(struct job *j, unsigned partner, uint64_t node)
 {
 	struct pmck_local_opts lo = {.ramdisk_dir = ramdisk, .store_name = name, .descs = &desc,
 			.ndescs = 1};
-	struct pmck_partner_opts po = {.node = node, .ramdisk_dir = ramdisk, .store_name = name};
+	struct pmck_partner_opts po = {.node = node, .ramdisk_dir = ramdisk, .store_name = name,
+			.every = partner};
 	j->p = NULL;
 	if (pmck_local_open(&lo, &j->l) || pmck_global_new(j->l.store, &coll, &j->g) ||
 	    (partner && pmck_partner_new(j->g, &coll, &po, &j->p)))
@@ -116,7 +123,7 @@ train(struct job *j, uint8_t *src, uint64_t first, unsigned n, unsigned compute_
 
 /* Slowest rank's seconds from open to a recovered store, node 1 having lost its files. */
 static double
-recover_lost_node(int partner, uint64_t node, const char *dir, enum pmck_tier *tier)
+recover_lost_node(unsigned partner, uint64_t node, const char *dir, enum pmck_tier *tier)
 {
 	struct job j;
 	struct pmck_global_recovery rec;
@@ -185,22 +192,30 @@ main(int argc, char **argv)
 	struct pmck_partner_stats st;
 	struct pmck_copyout *co;
 	struct pmck_copyout_opts coo = {.dir = shared, .keep = 2, .rank = coll.rank, .world_size = 4};
-	double stall[2];
-	for (int partner = 0; partner < 2; partner++) {
-		snprintf(name, sizeof(name), partner ? "rank%u-p" : "rank%u", coll.rank);
-		open_job(&j, partner, node);
+	double stall[3];
+	const unsigned every[3] = {0, 4, 1}; /* the last run's copies are recovered below */
+	for (int run = 0; run < 3; run++) {
+		snprintf(name, sizeof(name), run ? "rank%u-p" : "rank%u", coll.rank);
+		open_job(&j, every[run], node);
 		pmck_global_recover(j.g, NULL, &rec);
 		if (pmck_copyout_new(j.l.store, &coo, &co))
 			die("copy-out");
-		stall[partner] = train(&j, src, 1 + partner * steps, steps, compute_ms, co);
-		if (j.p)
-			pmck_partner_stats(j.p, &st);
+		stall[run] = train(&j, src, 1 + run * steps, steps, compute_ms, co);
 		if (pmck_copyout_wait(co))
 			die("copy-out");
 		pmck_copyout_delete(&co);
 		close_job(&j);
 	}
-	double none = stall[0], with = stall[1];
+	double none = stall[0], with = stall[2], with4 = stall[1];
+
+	/* 3. Rounds alone (a store of their own, so that the one recovered below stays). */
+	snprintf(name, sizeof(name), "rank%u-r", coll.rank);
+	open_job(&j, 1, node);
+	pmck_global_recover(j.g, NULL, &rec);
+	train(&j, src, 1, steps, 0, NULL);
+	pmck_partner_stats(j.p, &st);
+	close_job(&j);
+	snprintf(name, sizeof(name), "rank%u-p", coll.rank);
 
 	/* 2. Node 1 lost: from the partners, then (lost again) from the shared directory. */
 	enum pmck_tier t1, t2;
@@ -210,6 +225,7 @@ main(int argc, char **argv)
 	double partner_tput = st.busy_ns ? st.bytes_sent / (st.busy_ns / 1e9) : 0;
 	if (coll.rank == 0) {
 		printf("stall %.9f %.9f\n", none, with);
+		printf("stall4 %.9f\n", with4);
 		printf("recovery %.6f %.6f\n", from_partner, from_shared);
 		printf("bytes %.0f\n", partner_tput);
 		printf("transport %.0f\n", tput);

@@ -161,7 +161,7 @@ class PartnerStats(Structure):
     _fields_ = [("rounds", c_uint64), ("sent", c_uint64), ("confirmed_step", c_int64),
                 ("received", c_uint64), ("held_step", c_int64), ("rejected", c_uint64),
                 ("bytes_sent", c_uint64), ("bytes_received", c_uint64), ("busy_ns", c_uint64),
-                ("target", c_uint), ("source", c_uint)]
+                ("target", c_uint), ("source", c_uint), ("self_step", c_int64)]
 
 
 PARTNER_KEEP_MAX = 8

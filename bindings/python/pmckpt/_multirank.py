@@ -59,8 +59,8 @@ class _MultiRank:
         node = launcher_node() if self.node is None else int(self.node)
         where = self.partner_dir or self.ramdisk_dir or _lib.default_ramdisk_dir()
         flags = _lib.PMCK_LOCAL_SHARED_DIR if self.sharing == "group" else 0
-        opts = _lib.PartnerOpts(node, where.encode(), None, self.name.encode(), 1,
-                                self.partner_keep, flags)
+        opts = _lib.PartnerOpts(node, where.encode(), None, self.name.encode(),
+                                self.partner_every, self.partner_keep, flags)
         self._check_global(lib.pmck_partner_new(self._global, byref(self._coll.struct),
                                                 byref(opts), byref(self._partner)),
                            f"partner copies of store '{self.name}' (node {node}, in {where})")

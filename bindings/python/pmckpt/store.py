@@ -92,7 +92,12 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     node's ranks get the newest global step from their partners without any
     shared directory.  node: this rank's node (ranks with equal values share
     one); default from the launcher (pmckpt.distributed.launcher_node).
-    partner_keep: copies kept per partner (1..8).  The copies travel over a
+    partner_keep: copies kept per partner (1..8).  partner_every=N: only every
+    N-th save is copied (the first, then every N-th; the same N on every
+    rank), the others count as global once every rank committed them; a
+    copied step is also kept in this rank's ramdisk outside its two slots
+    (pmckpt-NAME.partner-self.pool: two states more), so a lost node comes
+    back to the newest copied global step.  The copies travel over a
     gloo group of their own (pmckpt.distributed.partner_group), made here:
     creating the Store is then collective over the default group.
 
@@ -106,7 +111,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                  rank=0, world_size=1, threads=0, meta_capacity=64 << 10, on_busy="wait",
                  gpu_source="direct", group=None, size=None, verify_sources=False,
                  copyout_every=1, writer_policy="batch", sharing="private", partner=False,
-                 partner_keep=2, partner_dir=None, node=None):
+                 partner_keep=2, partner_dir=None, node=None, partner_every=1):
         if on_busy not in ("wait", "skip"):
             raise ValueError("on_busy must be 'wait' or 'skip'")
         if group is not None and group is not False and on_busy == "skip":
@@ -153,6 +158,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         if not 1 <= int(partner_keep) <= _lib.PARTNER_KEEP_MAX:
             raise ValueError(f"partner_keep is a number of copies, 1..{_lib.PARTNER_KEEP_MAX}")
         self.partner_keep = int(partner_keep)
+        if int(partner_every) < 1:
+            raise ValueError("partner_every is a number of saves, at least 1")
+        self.partner_every = int(partner_every)
         self.partner_dir = os.fspath(partner_dir) if partner_dir is not None else None
         self.node = node
         if group is not None and group is not False:

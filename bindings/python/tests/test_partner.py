@@ -11,7 +11,8 @@ load the same step, bit-exact, never older than the newest step any rank
 logged as global, the lost node's ranks from their partners (no store of
 their own: they take the layout from another rank).  Then a rank and the
 rank holding its copy lost together: every rank fails with a message that
-names both.
+names both.  Last, partner_every=3: steps 1..9 saved (copies of 1, 4, 7), a
+node lost: every rank back on step 7, the survivors from their own copies.
 
 Usage: test_partner.py [TRIALS]  (default $PMCK_PARTNER_TRIALS or 4).
 Internally: test_partner.py --worker MODE DIR RANK RDZV."""
@@ -54,10 +55,20 @@ def worker(mode, d, rank, rdzv):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
                             world_size=RANKS, timeout=datetime.timedelta(seconds=60))
+    every = 3 if mode.startswith("every-") else 1
     store = pmckpt.Store(ramdisk=os.path.join(d, f"node{node_of(rank)}"), keep=2, name="pt",
-                         group=True, partner=True, node=node_of(rank), threads=1)
+                         group=True, partner=True, node=node_of(rank), threads=1,
+                         partner_every=every)
+    mode = mode[len("every-"):] if every > 1 else mode
     out = sys.stdout
-    if mode == "run":
+    if mode == "save9":
+        for step in range(1, 10):
+            store.save(state_of(rank, step), step)
+        st = store.stats()["partner"]
+        print(f"rank {rank} sent {st['sent']} confirmed {st['confirmed_step']} own "
+              f"{st['self_step']}", file=out, flush=True)
+        store.close()
+    elif mode == "run":
         try:
             store.load()
             first = store.step + 1
@@ -78,7 +89,9 @@ def worker(mode, d, rank, rdzv):
             return
         step = store.step
         why = same(sd, state_of(rank, step))
-        print(f"rank {rank} step {step} tier {store.last_recovery['tier']} "
+        tier = store.last_recovery["tier"]
+        tier = "own" if "own copy" in store.last_recovery["reason"] else tier
+        print(f"rank {rank} step {step} tier {tier} "
               f"{'ok' if why is None else 'BAD ' + why}", file=out, flush=True)
         store.close()
     dist.destroy_process_group()
@@ -142,6 +155,20 @@ def main():
              "rank 2 lost both" in l and "held by rank 0" in l]
     T.ok(len(named) == RANKS, "rank 2 and its partner's copy lost, no shared directory: every "
          "rank refuses, naming both", text)
+
+    # partner_every=3, a fresh job: steps 1..9 saved, 1, 4 and 7 copied; node 0 lost.
+    lose_node(0)
+    lose_node(1)
+    text = output(launch("every-save9"))
+    T.ok(all(f"rank {r} sent 3 confirmed 7 own 7" in text for r in range(RANKS)),
+         "partner_every=3: steps 1..9 saved, steps 1, 4, 7 copied and kept as own copies", text)
+    lose_node(0)
+    text = output(launch("every-recover"))
+    want = [f"rank {r} step 7 tier {'partner' if node_of(r) == 0 else 'own'} ok"
+            for r in range(RANKS)]
+    T.ok(all(w in text for w in want), "partner_every=3, node 0 lost: every rank on step 7, "
+         "the last copied step, bit-exact: node 0's ranks from their partners, node 1's from "
+         "their own copies (their slots hold 8 and 9)", text)
     return T.done()
 
 
