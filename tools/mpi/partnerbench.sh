@@ -14,6 +14,7 @@ echo "# partner copies: $MIB MiB per rank, 4 ranks as 2 nodes on $(nproc) CPUs, 
 out=$(mpirun -np 4 --oversubscribe "$B/pmck-partnerbench" "$MIB" 15 200 "$RAM" "$DISK/shared") || exit 1
 echo "$out" | awk '
 /^stall /    { none = $2; printf "bench: partner_stall_none %s s\nbench: partner_stall_with %s s\nratio: partner_stall_vs_none %.4f\n", $2, $3, $3 / $2 }
+/^stall_idle/ { printf "bench: partner_stall_idle_host_none %s s\nbench: partner_stall_idle_host_with %s s\nratio: partner_stall_idle_host_vs_none %.4f\n", $2, $3, $3 / $2 }
 /^stall4/    { printf "bench: partner_stall_with_every4 %s s\nratio: partner_stall_every4_vs_none %.4f\n", $2, $2 / none }
 /^recovery/  { printf "bench: lost_node_recovery_partner %s s\nbench: lost_node_recovery_shared %s s\nratio: partner_recovery_time_vs_shared_fs %.4f\n", $2, $3, $2 / $3 }
 /^bytes/     { p = $2 }

@@ -12,7 +12,9 @@
  *    once from the partners (no shared directory) and once from the copy-out
  *    under SHARED (no partner tier), as a restarted job would.  Times
  *    from the open to a loaded store, the slowest rank.
- *    The same with a copy every 4th step only (`every`): "stall4".
+ *    The same with a copy every 4th step only (`every`): "stall4"; and
+ *    without and with partner copies while the host waits through compute
+ *    (usleep), as it does on a GPU's training step: "stall_idle".
  * 3. Rounds alone: STEPS checkpoints with no compute between them, so that
  *    nothing else runs during a round (begin waits for the previous one);
  *    the bytes the rounds sent per second of round, against plain
@@ -59,12 +61,15 @@ cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* busy: the CPU computes (a CPU-bound step); else the host waits, as on a GPU's step. */
 static void
-compute(unsigned ms)
+compute(unsigned ms, int busy)
 {
 	double end = now() + ms / 1e3;
-	while (now() < end)
-		; /* busy, as a training step is */
+	if (!busy)
+		usleep(ms * 1000u);
+	while (busy && now() < end)
+		;
 }
 
 struct job {
@@ -97,13 +102,13 @@ close_job(struct job *j)
 
 /* Median seconds training waits per checkpoint, steps first..first+n-1. */
 static double
-train(struct job *j, uint8_t *src, uint64_t first, unsigned n, unsigned compute_ms,
+train(struct job *j, uint8_t *src, uint64_t first, unsigned n, unsigned compute_ms, int busy,
 		struct pmck_copyout *co)
 {
 	double *t = malloc(n * sizeof(*t));
 	for (unsigned i = 0; i < n; i++) {
 		struct pmck_ckpt *c;
-		compute(compute_ms);
+		compute(compute_ms, busy);
 		memset(src, (int)(first + i), (size_t)desc.shape[0]);
 		double t0 = now();
 		if (pmck_global_begin(j->g, first + i, &c) || pmck_ckpt_write(c, 0, src) ||
@@ -192,27 +197,29 @@ main(int argc, char **argv)
 	struct pmck_partner_stats st;
 	struct pmck_copyout *co;
 	struct pmck_copyout_opts coo = {.dir = shared, .keep = 2, .rank = coll.rank, .world_size = 4};
-	double stall[3];
-	const unsigned every[3] = {0, 4, 1}; /* the last run's copies are recovered below */
-	for (int run = 0; run < 3; run++) {
-		snprintf(name, sizeof(name), run ? "rank%u-p" : "rank%u", coll.rank);
+	double stall[5];
+	/* Busy compute: none, every step, every 4th; a waiting host: none, every step. */
+	const unsigned every[5] = {0, 4, 0, 1, 1}; /* the last run's copies are recovered below */
+	const int busy[5] = {1, 1, 0, 0, 1};
+	for (int run = 0; run < 5; run++) {
+		snprintf(name, sizeof(name), every[run] ? "rank%u-p" : "rank%u", coll.rank);
 		open_job(&j, every[run], node);
 		pmck_global_recover(j.g, NULL, &rec);
 		if (pmck_copyout_new(j.l.store, &coo, &co))
 			die("copy-out");
-		stall[run] = train(&j, src, 1 + run * steps, steps, compute_ms, co);
+		stall[run] = train(&j, src, 1 + run * steps, steps, compute_ms, busy[run], co);
 		if (pmck_copyout_wait(co))
 			die("copy-out");
 		pmck_copyout_delete(&co);
 		close_job(&j);
 	}
-	double none = stall[0], with = stall[2], with4 = stall[1];
+	double none = stall[0], with = stall[4], with4 = stall[1];
 
 	/* 3. Rounds alone (a store of their own, so that the one recovered below stays). */
 	snprintf(name, sizeof(name), "rank%u-r", coll.rank);
 	open_job(&j, 1, node);
 	pmck_global_recover(j.g, NULL, &rec);
-	train(&j, src, 1, steps, 0, NULL);
+	train(&j, src, 1, steps, 0, 0, NULL);
 	pmck_partner_stats(j.p, &st);
 	close_job(&j);
 	snprintf(name, sizeof(name), "rank%u-p", coll.rank);
@@ -226,6 +233,7 @@ main(int argc, char **argv)
 	if (coll.rank == 0) {
 		printf("stall %.9f %.9f\n", none, with);
 		printf("stall4 %.9f\n", with4);
+		printf("stall_idle %.9f %.9f\n", stall[2], stall[3]);
 		printf("recovery %.6f %.6f\n", from_partner, from_shared);
 		printf("bytes %.0f\n", partner_tput);
 		printf("transport %.0f\n", tput);
