@@ -9,6 +9,7 @@ import ctypes
 import os
 import threading
 import time
+import warnings
 from ctypes import byref, c_void_p
 
 import torch
@@ -17,6 +18,10 @@ from . import _lib
 from ._lib import lib, check
 from ._state import FORMAT, Flattener, Layout, blob_capacity, make_blob, module_prefix
 from .errors import Error, MetadataTooLargeError, error_for
+
+class GpuPathWarning(UserWarning):
+    """CUDA tensors are saved through host memory: the GPU path is unavailable."""
+
 
 _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
                 "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
@@ -176,7 +181,21 @@ class _Pipeline:
 
     def _gpu_ok(self, state_dict):
         dev = next(t.device for t in _leaves(state_dict) if isinstance(t, torch.Tensor) and t.is_cuda)
-        return lib.pmck_gpu_available(dev.index or 0) == 0
+        return self._gpu_path(dev)
+
+    def _gpu_path(self, dev):
+        """Whether the direct GPU path serves CUDA device `dev`.  If not, CUDA
+        tensors are staged through host memory, and the first time a store
+        meets that it says why (GpuPathWarning): a build without CUDA (a wheel
+        built where there was no nvcc), no driver, no such device."""
+        if lib.pmck_gpu_available(dev.index or 0) == 0:
+            return True
+        if not self._gpu_warned:
+            self._gpu_warned = True
+            warnings.warn(GpuPathWarning(
+                f"store '{self.name}': CUDA tensors on {dev} are copied through host memory, "
+                f"not written by the GPU path: {_lib.errormsg()}"), stacklevel=5)
+        return False
 
     def _start(self, prep, step, pending=None):
         """Begins checkpoint `step` and queues every tensor layer (not the metadata).

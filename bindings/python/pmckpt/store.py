@@ -21,12 +21,12 @@ from ._backend import _Backend
 from ._copy import Copier, parallel_fresh
 from ._lib import lib, check
 from ._multirank import _MultiRank
-from ._pipeline import _GPU_SOURCES, _Pipeline, SaveHandle
+from ._pipeline import _GPU_SOURCES, _Pipeline, GpuPathWarning, SaveHandle
 from ._recovery import _Recovery, RecoveryWarning, copy_into
 from ._state import META_NAME, Decoder, Flattener, tree_names
 from .errors import Error, LayoutError, NoCheckpointError
 
-__all__ = ["Store", "SaveHandle", "RecoveryWarning", "copy_into"]
+__all__ = ["Store", "SaveHandle", "RecoveryWarning", "GpuPathWarning", "copy_into"]
 
 
 class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
@@ -169,6 +169,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
         self.gpu_source = gpu_source
+        self._gpu_warned = False
         self.last_recovery = None
         self._lock = threading.RLock()
         self._h = None

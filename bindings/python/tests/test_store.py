@@ -478,6 +478,24 @@ def test_no_checkpoint():
                  pmckpt.NoCheckpointError, s.load, match="nothing-here")
 
 
+def test_gpu_path_warning():
+    """Where the GPU path is unavailable (a build without CUDA, no driver, no
+    device) CUDA tensors go through host memory, and a store says why once."""
+    if pmckpt.gpu_available(0):
+        return None  # a GPU machine: the path is there (test_gpu.py)
+    with pmckpt.Store(name="gpu-warn", ramdisk=D) as s, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        first, again = s._gpu_path(torch.device("cuda", 0)), s._gpu_path(torch.device("cuda", 0))
+    got = [x for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+    if first or again or len(got) != 1:
+        return f"path {first}/{again}, {len(got)} GpuPathWarning(s): {[str(x.message) for x in w]}"
+    msg = str(got[0].message)
+    why = pmckpt.gpu_unavailable_reason(0)
+    if "copied through host memory" not in msg or why not in msg:
+        return f"the warning does not say why ({why}): {msg}"
+    T.diag(msg)
+
+
 def test_error_codes():
     """Each recovery code has its own exception; the two 'nothing to load' ones are siblings."""
     from pmckpt.errors import error_for
@@ -749,6 +767,8 @@ T.run("another layout: LayoutError, the previous checkpoint loads", test_other_l
 T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
       test_corrupted_slot)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("no GPU path: CUDA tensors through host memory, a GpuPathWarning saying why, once",
+      test_gpu_path_warning)
 T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldSizeError",
       test_error_codes)
 T.run("a ramdisk file left by an interrupted creation is no store", test_interrupted_creation)
