@@ -362,6 +362,14 @@ struct pmck_pipeline_opts {
 	pmck_commit_fn on_commit;
 	void *on_commit_arg;
 	unsigned flags;       /* PMCK_PIPELINE_* below; 0: none */
+	/*
+	 * GPU sources: the CUDA stream (a cudaStream_t of cuda_device) that
+	 * produces the sources, for pmck_pipeline_put_layer; NULL: the device's
+	 * legacy default stream.  See "GPU sources and streams" below.  (New
+	 * in 0.1.0 after the partner tier: callers built against the shorter
+	 * struct must be rebuilt.)
+	 */
+	void *cuda_stream;
 };
 
 /*
@@ -424,6 +432,38 @@ int pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step);
 int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs);
 
 /*
+ * GPU sources and streams.  The library copies on CUDA streams of its own,
+ * made cudaStreamNonBlocking (one per writer thread, one for strategy G's
+ * snapshots): they never wait for unrelated work on the legacy default
+ * stream, nor hold it up, and the library never synchronises the device.
+ *  - Ready: a source must be complete on `cuda_stream` (the stream given
+ *    to put_layer_stream, else opts.cuda_stream, NULL: the legacy default
+ *    stream) when the layer is put: put_layer records an event there and
+ *    the layer's copies wait for it on the GPU.  Work queued on that stream
+ *    before the call is included, so a caller need not synchronise; work
+ *    producing the sources on another stream must be ordered before the
+ *    put (an event, as between any two CUDA streams).
+ *  - Changing a source again: after pmck_pipeline_wait_layer (the host
+ *    waits until the layer is persisted), or, stream-ordered, after
+ *    pmck_pipeline_wait_layer_stream(p, layer, s): work queued on s from
+ *    then on runs after the layer's copies have read their sources (G:
+ *    after its snapshot), while the host goes on.  Work on other streams
+ *    must be ordered after s by the caller.
+ *  - Persistence stays the host's: the commit follows only once every
+ *    byte has landed in the region and is flushed and drained.
+ */
+
+/*
+ * pmck_pipeline_put_layer_stream -- pmck_pipeline_put_layer whose GPU
+ * sources are ready on cuda_stream (a cudaStream_t of opts.cuda_device;
+ * NULL: the legacy default stream).  Host sources ignore it.  Errors: those
+ * of pmck_pipeline_put_layer, and -EIO from recording the event.  The
+ * calling thread's current CUDA device is left as it was.
+ */
+int pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer,
+		const void *const *srcs, void *cuda_stream);
+
+/*
  * pmck_pipeline_wait_layer -- blocks until no queued or running write
  * reads the sources of `layer`: every byte of it is persisted in the
  * region (made durable: drained or flushed), so it may be modified.
@@ -431,6 +471,18 @@ int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void 
  * checkpoint's error if writing it failed.
  */
 int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
+
+/*
+ * pmck_pipeline_wait_layer_stream -- for GPU sources, the stream-ordered
+ * wait_layer: blocks only until every copy of `layer` is enqueued (not
+ * landed), then makes cuda_stream (NULL: the legacy default stream) wait
+ * on the GPU for them, so that work queued there afterwards may change
+ * the layer's sources.  Persisting goes on in the background; a failure
+ * is reported by a later wait.  Host sources: pmck_pipeline_wait_layer.
+ * Errors: -EINVAL (layer unknown), the checkpoint's error if it already
+ * failed, -EIO from CUDA.  The caller's current device is left as it was.
+ */
+int pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *cuda_stream);
 
 /*
  * pmck_pipeline_wait -- blocks until the checkpoint in flight has

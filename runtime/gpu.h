@@ -13,34 +13,81 @@
 #include "pmckpt.h"
 
 struct pmck_gpu;
+struct pmck_gpu_stream;
 
 /* The CUDA runtime version the library was built against (CUDART_VERSION); 0: without CUDA. */
 int pmck__gpu_build_version(void);
 
 /*
- * Makes device `device` current for the calling thread and maps the whole
- * region into its address space (cudaHostRegister Mapped|Portable).  With
- * snapshot_bytes > 0 also reserves that much device memory (strategy G).
+ * Stream discipline (../shared/STYLE.md, docs/gpu.md): every copy runs on
+ * a stream of the library's own, made cudaStreamNonBlocking, so it never
+ * waits for the framework's work on the legacy default stream nor holds
+ * it up.  A layer's copies wait on the GPU for the layer's ready event,
+ * recorded on the caller's stream when the layer is put; a caller that
+ * wants to change the sources waits, on its stream, for the copies' done
+ * events.  The host waits only for what it must persist.
+ */
+
+/*
+ * Maps the whole region into device `device`'s address space
+ * (cudaHostRegister Mapped|Portable), and makes a ready event per layer
+ * and a done event per job (njobs: the most jobs a checkpoint queues).
+ * With snapshot_bytes > 0 also reserves that much device memory and a
+ * snapshot stream (strategy G).  The calling thread's current device is
+ * left as it was.
  */
 int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes,
-		unsigned nlayers, struct pmck_gpu **out);
+		unsigned nlayers, size_t njobs, struct pmck_gpu **out);
 /* Unregisters the region and frees everything. */
 void pmck__gpu_close(struct pmck_gpu **g);
 
-/* Makes the device current on the calling thread (each writer thread calls it once). */
-int pmck__gpu_bind_thread(struct pmck_gpu *g);
+/*
+ * A writer thread's stream (non-blocking) with its events; makes g's
+ * device current on the calling thread.  On failure *out may be set
+ * anyway: pmck__gpu_stream_delete it.
+ */
+int pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out);
+void pmck__gpu_stream_delete(struct pmck_gpu_stream **ws);
 
 /*
- * Copies len bytes of device memory at src to dst inside the region,
- * through the region's device pointer, on the calling thread's stream, and
- * returns when they have left the GPU: by DMA (cudaMemcpyAsync) or by the
- * copy kernel (use_kernel), which ends with __threadfence_system.
+ * Records the ready event of `layer` on `stream` (a cudaStream_t of g's
+ * device; NULL: its legacy default stream): the layer's copies run after
+ * the work queued there so far.  Strategy G's snapshot stream waits for
+ * it too.  Called on the caller's thread; its current device is restored.
  */
-int pmck__gpu_to_region(struct pmck_gpu *g, void *dst, const void *src, size_t len,
-		int use_kernel);
+int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream);
 
-/* Copies len bytes of device memory to pinned host memory and waits. */
-int pmck__gpu_to_host(struct pmck_gpu *g, void *host, const void *src, size_t len);
+/* Bytes per sub-copy: a job's sub-copies are all in flight at once. */
+#define PMCK_GPU_SUB ((size_t)2 << 20)
+#define PMCK_GPU_MAX_SUB 8
+
+enum pmck_gpu_copy {
+	PMCK_GPU_DMA,     /* into the region, by cudaMemcpyAsync through its device pointer */
+	PMCK_GPU_KERNEL,  /* into the region, by the copy kernel (ends with a system fence) */
+	PMCK_GPU_TO_HOST, /* into pinned host memory (strategy C's staging buffer) */
+};
+
+/*
+ * Enqueues, on ws, the copy of len bytes of device memory at src to dst
+ * (in the region, or a pinned host buffer for PMCK_GPU_TO_HOST) after
+ * the layer's ready event (from_snapshot: after its snapshot event; src
+ * is then in the snapshot), in sub-copies of PMCK_GPU_SUB bytes, each
+ * followed by an event; then records job's done event.  Returns at once;
+ * *nsub: the sub-copies enqueued.  len <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB.
+ */
+int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t job,
+		unsigned *nsub);
+/* Waits (host) until sub-copy i of the last copy_start has landed. */
+int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
+
+/*
+ * Makes `stream` (NULL: the legacy default stream) wait on the GPU for
+ * jobs [first, first + n), or, with snapshot_layer >= 0, for that layer's
+ * snapshot: from then on work queued there may change the sources.
+ */
+int pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_layer, size_t first,
+		size_t n);
 
 /* Pinned host buffers for strategy C. */
 int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out);
@@ -48,13 +95,13 @@ void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
 
 /*
  * Strategy G: enqueues a device-to-device copy of src into the snapshot
- * buffer at offset off (on the snapshot stream) and returns the snapshot's
- * address in *snap; pmck__gpu_snapshot_mark(layer) records the layer's
- * event after its copies, pmck__gpu_snapshot_wait(layer) waits for it.
+ * buffer at offset off (on the snapshot stream, after the layer's ready
+ * event) and returns the snapshot's address in *snap;
+ * pmck__gpu_snapshot_mark(layer) records the layer's snapshot event after
+ * its copies.  Called on the caller's thread; its current device is restored.
  */
 int pmck__gpu_snapshot(struct pmck_gpu *g, uint64_t off, const void *src, size_t len,
 		const void **snap);
 int pmck__gpu_snapshot_mark(struct pmck_gpu *g, unsigned layer);
-int pmck__gpu_snapshot_wait(struct pmck_gpu *g, unsigned layer);
 
 #endif

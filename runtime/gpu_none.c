@@ -16,29 +16,53 @@ int pmck_gpu_available(int device) { (void)device; return no_cuda(); }
 
 int pmck__gpu_build_version(void) { return 0; }
 
+/* pmck__gpu_open fails, so no pipeline reaches the others: they report it all the same. */
 int
 pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned nlayers,
-		struct pmck_gpu **out)
+		size_t njobs, struct pmck_gpu **out)
 {
-	(void)r, (void)device, (void)snapshot_bytes, (void)nlayers;
+	(void)r, (void)device, (void)snapshot_bytes, (void)nlayers, (void)njobs;
 	*out = NULL;
 	return no_cuda();
 }
 
 void pmck__gpu_close(struct pmck_gpu **g) { (void)g; }
-int pmck__gpu_bind_thread(struct pmck_gpu *g) { (void)g; return no_cuda(); }
 
 int
-pmck__gpu_to_region(struct pmck_gpu *g, void *dst, const void *src, size_t len, int k)
+pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out)
 {
-	(void)g, (void)dst, (void)src, (void)len, (void)k;
+	(void)g;
+	*out = NULL;
+	return no_cuda();
+}
+
+void pmck__gpu_stream_delete(struct pmck_gpu_stream **ws) { (void)ws; }
+
+int
+pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream)
+{
+	(void)g, (void)layer, (void)stream;
 	return no_cuda();
 }
 
 int
-pmck__gpu_to_host(struct pmck_gpu *g, void *host, const void *src, size_t len)
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t job,
+		unsigned *nsub)
 {
-	(void)g, (void)host, (void)src, (void)len;
+	(void)ws, (void)layer, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
+	(void)job;
+	*nsub = 0;
+	return no_cuda();
+}
+
+int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i) { (void)ws, (void)i; return no_cuda(); }
+
+int
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_layer, size_t first,
+		size_t n)
+{
+	(void)g, (void)stream, (void)snapshot_layer, (void)first, (void)n;
 	return no_cuda();
 }
 
@@ -60,4 +84,3 @@ pmck__gpu_snapshot(struct pmck_gpu *g, uint64_t off, const void *src, size_t len
 }
 
 int pmck__gpu_snapshot_mark(struct pmck_gpu *g, unsigned l) { (void)g, (void)l; return no_cuda(); }
-int pmck__gpu_snapshot_wait(struct pmck_gpu *g, unsigned l) { (void)g, (void)l; return no_cuda(); }

@@ -29,6 +29,8 @@
 
 #define PIECE (8 * PMCK_HASH_CHUNK)
 #define MAX_THREADS 64
+_Static_assert(PIECE <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB, "a GPU job's sub-copies");
+_Static_assert(PMCK_GPU_SUB % PMCK_HASH_CHUNK == 0, "sub-copies land hash-chunk aligned");
 
 struct job {
 	uint32_t tensor;
@@ -36,6 +38,7 @@ struct job {
 	uint64_t off, len;
 	const void *src; /* bytes [off, off+len) of the tensor start here */
 	int verify;      /* compare the source with what was copied, do not copy */
+	uint32_t seq;    /* the checkpoint's n-th copy job (GPU: its done event) */
 };
 
 struct pmck_pipeline {
@@ -68,6 +71,9 @@ struct pmck_pipeline {
 	int skipping;            /* begin returned PMCK_SKIPPED */
 	uint8_t *layer_put;
 	uint64_t *layer_pending; /* pieces queued or running per layer */
+	/* GPU sources: layer's jobs are seq layer_first .. + layer_njobs; layer_started enqueued */
+	uint32_t *layer_first, *layer_njobs, *layer_started;
+	uint32_t nseq;           /* copy jobs queued in this checkpoint */
 	uint32_t layers_put;
 	uint64_t outstanding;
 	int error;               /* first failure of the checkpoint in flight */
@@ -130,41 +136,65 @@ verify_piece(struct pmck_pipeline *p, const struct job *j)
 	return 0;
 }
 
-/* Copies one piece into the slot and makes it durable; runs on a writer thread. */
+/* A GPU job's copies are enqueued (or never will be): stream-ordered waiters may order after it. */
+static void
+job_started(struct pmck_pipeline *p, const struct job *j)
+{
+	pthread_mutex_lock(&p->lock);
+	if (++p->layer_started[j->layer] == p->layer_njobs[j->layer])
+		pthread_cond_broadcast(&p->done);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * A piece from device memory: its sub-copies are enqueued at once on this
+ * writer's stream, after the layer's ready event (the caller's work that
+ * produced the sources), and each is flushed and hashed as it lands while
+ * the next ones are still crossing PCIe.  Strategy C lands in the writer's
+ * pinned buffer and is copied on by the fused copy; G copies from the
+ * layer's snapshot, after its snapshot event.
+ */
 static int
-run_job(struct pmck_pipeline *p, const struct job *j, unsigned self)
+run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
+		struct pmck_gpu_stream *ws)
 {
 	struct pmck_ckpt *c = p->ckpt;
-	struct pmck_store *s = p->store;
-	char *dst = (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
-	int ret = 0;
+	int staged = p->opts.source == PMCK_SOURCE_GPU_STAGED;
+	enum pmck_gpu_copy how = staged ? PMCK_GPU_TO_HOST :
+		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
+	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
+	unsigned nsub = 0, i = 0;
+	int ret = pmck__gpu_copy_start(ws, j->layer, p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
+			how, dst, j->src, j->len, j->seq, &nsub);
+
+	job_started(p, j);
+	for (; i < nsub && !ret; i++) {
+		uint64_t off = (uint64_t)i * PMCK_GPU_SUB;
+		uint64_t n = j->len - off < PMCK_GPU_SUB ? j->len - off : PMCK_GPU_SUB;
+		if (!(ret = pmck__gpu_copy_wait(ws, i)))
+			ret = staged ? pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n) :
+				pmck__ckpt_landed(c, j->tensor, j->off + off, n);
+	}
+	/* After a failure no copy of this job may still be landing when the slot is reused. */
+	for (; ret && nsub && i < nsub; i++)
+		pmck__gpu_copy_wait(ws, nsub - 1);
+	return ret;
+}
+
+/* Copies one piece into the slot and makes it durable; runs on a writer thread. */
+static int
+run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck_gpu_stream *ws)
+{
+	int ret;
 
 	if (j->verify)
 		return verify_piece(p, j);
-	switch (p->opts.source) {
-	case PMCK_SOURCE_HOST:
-		ret = pmck_ckpt_write_range(c, j->tensor, j->off, j->src, j->len);
-		break;
-	case PMCK_SOURCE_GPU_STAGED:
-		ret = pmck__gpu_to_host(p->gpu, p->staging[self], j->src, j->len);
-		if (!ret)
-			ret = pmck_ckpt_write_range(c, j->tensor, j->off, p->staging[self], j->len);
-		break;
-	case PMCK_SOURCE_GPU_SNAPSHOT:
-		ret = pmck__gpu_snapshot_wait(p->gpu, j->layer);
-		/* then drain the snapshot like strategy D */
-		__attribute__((fallthrough));
-	case PMCK_SOURCE_GPU_DIRECT:
-	case PMCK_SOURCE_GPU_KERNEL:
-		if (!ret)
-			ret = pmck__gpu_to_region(p->gpu, dst, j->src, j->len,
-					p->opts.source == PMCK_SOURCE_GPU_KERNEL);
-		if (!ret)
-			ret = pmck__ckpt_landed(c, j->tensor, j->off, j->len);
-		break;
-	}
+	if (p->opts.source == PMCK_SOURCE_HOST)
+		ret = pmck_ckpt_write_range(p->ckpt, j->tensor, j->off, j->src, j->len);
+	else
+		ret = run_gpu_job(p, j, self, ws);
 	/* Persist point: this thread's non-temporal stores and flushes of the piece are durable. */
-	pma_region_drain(s->region);
+	pma_region_drain(p->store->region);
 	return ret;
 }
 
@@ -183,7 +213,9 @@ writer(void *arg)
 	pthread_mutex_unlock(&p->lock);
 	if (p->cpus)
 		numa_sched_setaffinity(0, p->cpus); /* best effort: a single-node box needs nothing */
-	int bind_err = is_gpu(p) ? pmck__gpu_bind_thread(p->gpu) : 0;
+	/* GPU sources: a non-blocking stream of this writer's own (gpu.h). */
+	struct pmck_gpu_stream *ws = NULL;
+	int bind_err = is_gpu(p) ? pmck__gpu_stream_new(p->gpu, &ws) : 0;
 	/*
 	 * SCHED_BATCH: the same CPU share, but a writer woken by put_layer never
 	 * preempts the training thread that woke it.  Measured on the 2-vCPU VM
@@ -206,9 +238,12 @@ writer(void *arg)
 		int skip = p->error != 0;
 		pthread_mutex_unlock(&p->lock);
 
-		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self);
+		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws);
 
 		pthread_mutex_lock(&p->lock);
+		if (is_gpu(p) && (bind_err || skip) &&
+		    ++p->layer_started[j.layer] == p->layer_njobs[j.layer])
+			pthread_cond_broadcast(&p->done); /* nothing enqueued: nothing to order after */
 		if (ret && !p->error) {
 			p->error = ret;
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
@@ -222,6 +257,7 @@ writer(void *arg)
 			finish_locked(p);
 	}
 	pthread_mutex_unlock(&p->lock);
+	pmck__gpu_stream_delete(&ws);
 	return NULL;
 }
 
@@ -328,7 +364,11 @@ index_layers(struct pmck_pipeline *p)
 	p->queue = malloc(p->qcap * sizeof(*p->queue));
 	p->layer_put = calloc(p->nlayers, 1);
 	p->layer_pending = calloc(p->nlayers, sizeof(*p->layer_pending));
-	if (!p->queue || !p->layer_put || !p->layer_pending)
+	p->layer_first = calloc(p->nlayers, sizeof(*p->layer_first));
+	p->layer_njobs = calloc(p->nlayers, sizeof(*p->layer_njobs));
+	p->layer_started = calloc(p->nlayers, sizeof(*p->layer_started));
+	if (!p->queue || !p->layer_put || !p->layer_pending || !p->layer_first || !p->layer_njobs ||
+	    !p->layer_started)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -339,7 +379,7 @@ open_gpu(struct pmck_pipeline *p)
 	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
 			pmck_store_data_size(p->store) : 0;
 	int ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
-			p->nlayers, &p->gpu);
+			p->nlayers, p->qcap, &p->gpu);
 
 	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)
 		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
@@ -442,6 +482,9 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	if ((ret = pmck_store_begin(p->store, step, &p->ckpt)))
 		goto out;
 	memset(p->layer_put, 0, p->nlayers);
+	memset(p->layer_njobs, 0, p->nlayers * sizeof(*p->layer_njobs));
+	memset(p->layer_started, 0, p->nlayers * sizeof(*p->layer_started));
+	p->nseq = 0;
 	p->layers_put = 0;
 	p->nvjobs = 0;
 	p->outstanding = 0;
@@ -492,6 +535,13 @@ queue_verify_locked(struct pmck_pipeline *p, uint32_t layer)
 int
 pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs)
 {
+	return pmck_pipeline_put_layer_stream(p, layer, srcs, p->opts.cuda_stream);
+}
+
+int
+pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs,
+		void *cuda_stream)
+{
 	int ix = layer_index(p, layer);
 	int ret = 0;
 
@@ -506,11 +556,13 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 				"put_layer(%u): layer already put in this checkpoint", layer);
 		goto out;
 	}
-	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_bind_thread(p->gpu)))
+	/* On the GPU, the layer's copies (or snapshot) come after the caller's work so far. */
+	if (is_gpu(p) && (ret = pmck__gpu_layer_ready(p->gpu, (unsigned)ix, cuda_stream)))
 		goto out;
 	size_t n = pmck_store_ntensors(p->store);
 	if (p->verify)
 		p->layer_vfirst[ix] = p->nvjobs;
+	p->layer_first[ix] = p->nseq;
 	for (size_t i = 0; i < n && !ret; i++) {
 		if (p->tensor_layer[i] != (uint32_t)ix)
 			continue;
@@ -524,7 +576,9 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 				ret = pmck__gpu_snapshot(p->gpu, ti.offset + off, src, len, &src);
 			if (ret)
 				break;
-			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src, 0});
+			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src, 0,
+					p->nseq++});
+			p->layer_njobs[ix]++;
 			off += len;
 		} while (off < ti.nbytes);
 	}
@@ -556,6 +610,32 @@ pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer)
 	if (ret)
 		pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int
+pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *cuda_stream)
+{
+	int ix = layer_index(p, layer);
+	int ret;
+
+	if (!is_gpu(p))
+		return pmck_pipeline_wait_layer(p, layer);
+	if (ix < 0)
+		return pma__err(-EINVAL, "wait_layer(%u): no tensor has this layer", layer);
+	pthread_mutex_lock(&p->lock);
+	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
+	/* The host waits only until the copies are enqueued (their done events recorded). */
+	if (!snapshot)
+		WAIT_WHILE(p, p->layer_started[ix] < p->layer_njobs[ix]);
+	int busy = p->layer_pending[ix] > 0;
+	size_t first = p->layer_first[ix], n = p->layer_njobs[ix];
+	ret = p->error;
+	if (ret)
+		pma__err(ret, "checkpoint failed: %s", p->errmsg);
+	pthread_mutex_unlock(&p->lock);
+	if (!ret && busy)
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? ix : -1, first, n);
 	return ret;
 }
 
@@ -621,6 +701,9 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_copies);
 	free(p->layer_put);
 	free(p->layer_pending);
+	free(p->layer_first);
+	free(p->layer_njobs);
+	free(p->layer_started);
 	free(p->layer_id);
 	free(p->tensor_layer);
 	free(p);

@@ -1,11 +1,18 @@
 /*
  * gpu_pipeline.c -- the GPU -> PM path: for each strategy (D by DMA, D by
  * copy kernel, C staged, G snapshot) a bit-exact round trip, layer
- * ordering, and recovery of a GPU-written checkpoint after kill -9.
- * Skips without CUDA or without a device; never passes without running.
+ * ordering, and recovery of a GPU-written checkpoint after kill -9; and
+ * the stream contract (pmckpt.h, "GPU sources and streams"): copies
+ * ordered after the producer's stream without a synchronisation, not
+ * held up by work queued later on the legacy default stream, and a
+ * stream-ordered wait_layer after which that stream may overwrite the
+ * sources.  Skips without CUDA or without a device; never passes without
+ * running.
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -138,6 +145,118 @@ alloc_device(void)
 	return 0;
 }
 
+/* A stream stalled on the host: CUDA runs it when the stream reaches it. */
+struct stall {
+	unsigned ms;
+	atomic_int done;
+};
+
+static void
+stall_fn(void *arg)
+{
+	struct stall *st = arg;
+	usleep(st->ms * 1000u);
+	atomic_store(&st->done, 1);
+}
+
+/* Whether every tensor of the store's newest checkpoint is `byte` throughout. */
+static int
+all_bytes(struct pmck_store *s, uint8_t byte)
+{
+	for (size_t i = 0; i < N; i++) {
+		const uint8_t *d = pmck_store_tensor_data(s, i);
+		for (size_t k = 0; k < nbytes[i]; k++)
+			if (d[k] != byte)
+				return 0;
+	}
+	return 1;
+}
+
+static int
+newest_is(const char *path, uint64_t step, uint8_t byte)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_recovery rec;
+	int good = open_test_store(path, 0, &r, &pool, &s) == 0 &&
+		pmck_store_recover(s, &rec) == 0 && rec.step == step && all_bytes(s, byte);
+	close_store(&r, &pool, &s);
+	return good;
+}
+
+/* The stream contract, for strategy src (pmckpt.h, "GPU sources and streams"). */
+static void
+test_streams(const char *path, enum pmck_source src, uint64_t step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
+	cudaStream_t side;
+	const char *name = source_name(src);
+	int ret;
+
+	if (open_test_store(path, 0, &r, &pool, &s) || cudaStreamCreateWithFlags(&side,
+			cudaStreamNonBlocking) != cudaSuccess || pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "%s: set up: %s", name, pmck_errormsg());
+		return;
+	}
+
+	/* 1. Sources written on a side stream, 300 ms late; put at once, no synchronisation. */
+	struct stall late = {.ms = 300};
+	cudaLaunchHostFunc(side, stall_fn, &late);
+	for (size_t i = 0; i < N; i++)
+		cudaMemsetAsync(dev[i], 0x5a, nbytes[i], side);
+	ret = pmck_pipeline_begin(p, ++step);
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = pmck_pipeline_put_layer_stream(p, l, (const void *const *)dev, side);
+	ok(!ret && !atomic_load(&late.done), "%s: put_layer_stream returns before the side "
+			"stream's writes ran", name);
+	ret = ret ? ret : pmck_pipeline_wait(p);
+	is_int(ret, 0, "%s: committed", name);
+	ok(newest_is(path, step, 0x5a), "%s: the checkpoint holds the side stream's values: its "
+			"copies waited for them on the GPU", name);
+
+	/* 2. Work queued on the legacy default stream after the put does not hold it up. */
+	struct stall busy = {.ms = 2000};
+	ret = pmck_pipeline_begin(p, ++step);
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = pmck_pipeline_put_layer(p, l, (const void *const *)dev);
+	cudaLaunchHostFunc(cudaStreamLegacy, stall_fn, &busy);
+	ret = ret ? ret : pmck_pipeline_wait(p);
+	ok(!ret && !atomic_load(&busy.done), "%s: committed while the legacy default stream was "
+			"still busy (2 s queued after the put)", name);
+	cudaStreamSynchronize(cudaStreamLegacy);
+
+	/*
+	 * 3. Stream-ordered wait: the side stream waits for the layer's copies
+	 * on the GPU, then overwrites the sources; the copies (held back 300
+	 * ms behind the ready event) still read the values put.
+	 */
+	struct stall hold = {.ms = 300};
+	cudaLaunchHostFunc(side, stall_fn, &hold);
+	ret = pmck_pipeline_begin(p, ++step);
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = pmck_pipeline_put_layer_stream(p, l, (const void *const *)dev, side);
+	for (unsigned l = 0; l < LAYERS && !ret; l++) {
+		ret = pmck_pipeline_wait_layer_stream(p, l, side);
+		for (size_t i = l * PER_LAYER; i < (l + 1) * PER_LAYER && !ret; i++)
+			cudaMemsetAsync(dev[i], 0xee, nbytes[i], side);
+	}
+	ok(!ret && !atomic_load(&hold.done), "%s: wait_layer_stream returned before the copies "
+			"could run", name);
+	ret = ret ? ret : pmck_pipeline_wait(p);
+	is_int(ret, 0, "%s: committed", name);
+	ok(newest_is(path, step, 0x5a), "%s: the sources overwritten after wait_layer_stream on "
+			"the same stream: the checkpoint has the values put", name);
+	cudaStreamSynchronize(side);
+	cudaStreamDestroy(side);
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+}
+
 /* Before the parent touches CUDA: children that use it are forked from a clean process. */
 static void
 test_crash(const char *path, int trials)
@@ -222,6 +341,8 @@ main(void)
 		is_int(rec.step, step + 2, "%s: newest step", source_name(src));
 		ok(exact(s, step + 2), "%s: every tensor bit-exact", source_name(src));
 		close_store(&r, &pool, &s);
+		test_streams(path, src, step + 2);
+		step += 3;
 	}
 	unlink(path);
 	return done_testing();

@@ -76,7 +76,7 @@ class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
                 ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
                 ("global_", c_void_p), ("on_commit", c_void_p), ("on_commit_arg", c_void_p),
-                ("flags", c_uint)]
+                ("flags", c_uint), ("cuda_stream", c_void_p)]
 
 
 class PipelineStats(Structure):
@@ -275,6 +275,9 @@ _OPTIONAL = {
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
     # the candidates the last recovery rejected (a library without it reports none)
     "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
+    # stream-ordered GPU copies (a library without them: the caller synchronises the device)
+    "pmck_pipeline_put_layer_stream": (c_int, [c_void_p, c_uint32, POINTER(c_void_p), c_void_p]),
+    "pmck_pipeline_wait_layer_stream": (c_int, [c_void_p, c_uint32, c_void_p]),
     **_PARTNER,
 }
 

@@ -23,6 +23,25 @@ class GpuPathWarning(UserWarning):
     """CUDA tensors are saved through host memory: the GPU path is unavailable."""
 
 
+_PUT_STREAM = _lib.optional("pmck_pipeline_put_layer_stream")
+_WAIT_STREAM = _lib.optional("pmck_pipeline_wait_layer_stream")
+
+
+def _put_stream(dev):
+    """The stream that GPU sources are ready on: the current stream of `dev`.  A
+    library without stream-ordered copies gets the device synchronised instead."""
+    if _PUT_STREAM is None:
+        torch.cuda.synchronize(dev)
+        return None
+    return torch.cuda.current_stream(dev).cuda_stream
+
+
+def _put_layer(pipe, layer, arr, stream):
+    if stream is None or _PUT_STREAM is None:
+        return lib.pmck_pipeline_put_layer(pipe, layer, arr)
+    return _PUT_STREAM(pipe, layer, arr, stream)
+
+
 _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
                 "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
 
@@ -43,6 +62,8 @@ class SaveHandle:
         self._done = skipped
         self._all_put = False
         self._error = None
+        self._gpu = (False, 0)  # (written by the GPU path, its device)
+        self._stream = None     # the CUDA stream its sources were ready on
         self._layer_of = {}   # tensor name or module prefix -> its layers
         self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
         for e in entries:
@@ -64,12 +85,18 @@ class SaveHandle:
         if self._error is not None:
             raise self._error
 
-    def _wait_layers(self, layers):
+    def _wait_layers(self, layers, stream_ordered=False):
+        """Host waits until the layers are persisted; stream_ordered (GPU path only):
+        the current CUDA stream waits on the GPU for their copies instead."""
         if self._done:
             return
         pipe = self._store._pipe
+        ordered = stream_ordered and self._gpu[0] and _WAIT_STREAM is not None
+        if ordered:
+            stream = torch.cuda.current_stream(torch.device("cuda", self._gpu[1])).cuda_stream
         for layer in sorted(layers):
-            rc = lib.pmck_pipeline_wait_layer(pipe, layer)
+            rc = _WAIT_STREAM(pipe, layer, stream) if ordered else \
+                lib.pmck_pipeline_wait_layer(pipe, layer)
             if rc < 0:
                 self._store._finish(self)
                 raise self._error or error_for(rc, f"checkpoint of step {self.step} failed")
@@ -86,13 +113,19 @@ class SaveHandle:
         self._wait_layers(layers)
 
     def wait_for(self, tensors):
-        """Blocks until every given tensor that is a source of this checkpoint
-        is persisted (others are ignored): call before modifying them in place."""
+        """Waits until every given tensor that is a source of this checkpoint
+        may be modified in place (others are ignored): call before modifying
+        them.  Host tensors: blocks until they are persisted.  CUDA tensors
+        written by the GPU path: stream-ordered, as a CUDA library does it --
+        blocks only until their copies are queued, then work queued on the
+        current CUDA stream from now on runs after the copies have read them
+        (the optimizer's update, say); the host goes on while the GPU copies.
+        Work on another stream must be ordered after the current one."""
         if self._done:
             return
         layers = {self._ptr_layer.get(t.data_ptr()) for t in tensors}
         layers.discard(None)
-        self._wait_layers(layers)
+        self._wait_layers(layers, stream_ordered=True)
 
 
 class _PendingSave:
@@ -233,10 +266,12 @@ class _Pipeline:
                 dev = torch.device("cuda", device)
                 srcs = [s if s.is_cuda else s.to(dev) for s in srcs]
                 keep.append(srcs)
-                torch.cuda.synchronize(dev)  # the C path copies on its own streams
+                # The copies wait on the GPU for the work queued so far on the current
+                # stream (an event, pmck_pipeline_put_layer_stream): no host synchronisation.
+                stream = _put_stream(dev)
                 source = _GPU_SOURCES[self.gpu_source]
             else:
-                source = _lib.SOURCE_HOST
+                source, stream = _lib.SOURCE_HOST, None
             if prev is not None and self._pipe_source != (source, device):
                 self._finish(prev)  # a new pipeline: the old one's checkpoint ends first
                 prev = None
@@ -258,8 +293,9 @@ class _Pipeline:
             h._gpu = (prep.gpu, device)
             h._capacity = layout.capacity()
             self._inflight = h
+            h._stream = stream
             for layer in sorted({e.layer for e in entries}):
-                rc = lib.pmck_pipeline_put_layer(self._pipe, layer, arr)
+                rc = _put_layer(self._pipe, layer, arr, stream)
                 if rc < 0:
                     self._abandon(h)
                     check(rc, f"checkpoint of step {step}")
@@ -277,16 +313,18 @@ class _Pipeline:
                     f"checkpoint metadata of {len(blob)} bytes exceeds the store's capacity of "
                     f"{h._capacity} bytes (fixed at its first save); nothing was committed")
             buf = ctypes.create_string_buffer(blob, h._capacity)
+            stream = None
             if h._gpu[0]:
-                src = torch.frombuffer(buf, dtype=torch.uint8).to(torch.device("cuda", h._gpu[1]))
-                torch.cuda.synchronize(src.device)
+                dev = torch.device("cuda", h._gpu[1])
+                src = torch.frombuffer(buf, dtype=torch.uint8).to(dev)
+                stream = _put_stream(dev)  # the copy above is on it: ordered by its event
                 ptr = src.data_ptr()
             else:
                 src, ptr = buf, ctypes.addressof(buf)
             h._keep.append((buf, src))
             h._arr[h._meta_index] = ptr
             last = self._layout.rows[-1][3]
-            rc = lib.pmck_pipeline_put_layer(self._pipe, last, h._arr)
+            rc = _put_layer(self._pipe, last, h._arr, stream)
             if rc < 0:
                 self._abandon(h)
                 check(rc, f"checkpoint of step {h.step}")

@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """CUDA tensors through libpmckpt's GPU path (device memory -> region, no
 staging copy through host memory), with every GPU strategy; a training loop
-on the GPU with save_async and the optimizer hook.  Skipped, with the reason,
-where torch sees no GPU or this libpmckpt cannot use one."""
+on the GPU with save_async and the optimizer hook; the stream contract
+(docs/gpu.md): save_async does not synchronise the device, tensors written
+on a side stream are saved with their new values, work queued later on the
+default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
+tensors.  Skipped, with the reason, where torch sees no GPU or this
+libpmckpt cannot use one."""
 import torch
 
 import pmckpt
@@ -82,9 +86,115 @@ def test_train_async():
         T.diag(f"pipeline: {s.stats()['pipeline']}")
 
 
+_CYCLES_PER_S = []
+
+
+def spin(seconds):
+    """A kernel spinning on the current stream for about `seconds` (calibrated once)."""
+    if not _CYCLES_PER_S:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(10 ** 7)
+        b.record()
+        b.synchronize()
+        _CYCLES_PER_S.append(10 ** 7 / (a.elapsed_time(b) / 1e3))
+    torch.cuda._sleep(int(seconds * _CYCLES_PER_S[0]))
+
+
+def test_side_stream(src):
+    """Written by kernels on a side stream held back 0.3 s, saved at once from it."""
+    st = {f"t{i}": torch.zeros(1 << 20, device=dev) for i in range(4)}
+    side = torch.cuda.Stream(dev)
+    with pmckpt.Store(name=f"gpu-side-{src}", ramdisk=D, gpu_source=src) as s:
+        s.save(st, 1)  # the first save makes the pipeline (cudaHostRegister may synchronise)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            spin(0.3)
+            for i, t in enumerate(st.values()):
+                t.fill_(i + 1.5)
+            done = torch.cuda.Event()
+            done.record()
+            h = s.save_async(st, 2)  # the current stream is `side`
+            if done.query():
+                return "save_async waited for the side stream (it must not synchronise)"
+        h.wait()
+        out = s.load()
+        for i, k in enumerate(st):
+            if not torch.equal(out[k], torch.full((1 << 20,), i + 1.5, device=dev)):
+                return f"{k}: not the side stream's values"
+
+
+def test_default_stream_busy(src):
+    """A kernel queued on the default stream right after save_async does not hold it up."""
+    st = {f"t{i}": torch.randn(1 << 20, device=dev) for i in range(4)}
+    want = clone(st)
+    with pmckpt.Store(name=f"gpu-busy-{src}", ramdisk=D, gpu_source=src) as s:
+        s.save(st, 1)  # the first save makes the pipeline (cudaHostRegister may synchronise)
+        h = s.save_async(st, 2)
+        spin(2.0)
+        busy = torch.cuda.Event()
+        busy.record()
+        h.wait()
+        if busy.query():
+            return "the checkpoint committed only after the default stream's 2 s kernel"
+        torch.cuda.synchronize(dev)
+        return same(want, s.load())
+
+
+def test_train_every_step():
+    """12 steps, a checkpoint of each, the optimizer's update waiting stream-ordered; the
+    two newest checkpoints (both slots) equal the states they were taken from."""
+    m = model()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    x = torch.randn(256, 512, device=dev)
+    snaps = {}
+    with pmckpt.Store(name="gpu-every", ramdisk=D) as s:
+        pmckpt.hook_optimizer(opt, s)
+        for step in range(1, 13):
+            m(x).square().mean().backward()
+            st = {"model": m.state_dict(), "optim": opt.state_dict(), "step": step}
+            snaps[step] = clone(st)
+            s.save_async(st, step)
+            opt.step()
+            opt.zero_grad()
+        s.wait()
+        for step in (11, 12):
+            r = same(snaps[step], s.load(step=step))
+            if r:
+                return f"step {step}: {r}"
+
+
+def test_dcp(staging):
+    import torch.distributed.checkpoint as dcp
+    import pmckpt.dcp
+    st = gpu_state()
+    st.pop("rng"), st.pop("cuda_rng")
+    want = clone(st)
+    with pmckpt.Store(name=f"gpu-dcp-{staging}", ramdisk=D) as s:
+        w = pmckpt.dcp.StorageWriter(s, staging=staging)
+        if staging == "none":
+            dcp.async_save(st, storage_writer=w, checkpoint_id="3").result()
+        else:
+            dcp.save(st, storage_writer=w, checkpoint_id="3")
+    back = {k: (v.zero_() if isinstance(v, torch.Tensor) else v) for k, v in clone(st).items()}
+    with pmckpt.Store(name=f"gpu-dcp-{staging}", ramdisk=D) as s:
+        dcp.load(back, storage_reader=pmckpt.dcp.StorageReader(s))
+    return same(want, back)
+
+
 for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
 T.run("training on the GPU with save_async + hook_optimizer: each checkpoint equals its state",
       test_train_async)
+for src in SOURCES:
+    T.run(f"{src}: tensors written on a side stream, saved at once from it without a "
+          "synchronisation: the new values", test_side_stream, src)
+    T.run(f"{src}: a 2 s kernel queued on the default stream after save_async does not hold "
+          "the checkpoint up", test_default_stream_busy, src)
+T.run("every step with hook_optimizer (stream-ordered waits): the newest checkpoints bit-exact",
+      test_train_every_step)
+for staging in ("default", "none"):
+    T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
+          "bit-exact", test_dcp, staging)
 T.done()
