@@ -1,0 +1,63 @@
+#!/bin/bash
+# gpu-kit-run.sh -- runs on a lent GPU machine, as .gpu/run.sh (tools/gpu-kit packs it):
+#   bash .gpu/run.sh [checks|bench|all]     (default all; about 8 minutes on an H100)
+# checks: tests/gpu_pipeline (the stream contract included), the wheel installed with
+#         pip install --no-index --no-deps beside the machine's torch, then
+#         python -m pmckpt --version and test_gpu.py against the installed package;
+# bench:  bench_train.py on the GPU (batch 8 and 32: none, every step, every 10; DCP async
+#         every step at batch 8) and pmck-pipebench --gpu-only.
+# Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
+K=$(cd "$(dirname "$0")" && pwd)
+what=${1:-all}
+OUT=${OUT:-/tmp/gpu-kit-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+step() { echo "=== $(date +%T) $*"; }
+
+step machine
+nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+# The wheel installed as pip would, into a folder of its own beside the machine's torch
+# (pip install --target); a python without pip gets it unzipped, which is what pip does with
+# this pure-py3 wheel (its libraries find each other through their RPATHs).
+T=$(mktemp -d /tmp/gpu-kit.XXXXXX)/site
+if python3 -m pip install -q --no-index --no-deps --target "$T" "$K"/wheel/*.whl; then
+	echo "wheel: pip install --no-index --no-deps --target"
+elif mkdir -p "$T" && python3 -m zipfile -e "$K"/wheel/*.whl "$T"; then
+	echo "wheel: unzipped (this python3 has no pip)"
+else
+	echo "gpu-kit: installing the wheel FAILED"
+fi
+# py SECONDS ARGS: the machine's python3 from the tests folder, with the installed package only.
+py() {
+	local t=$1
+	shift
+	(cd "$K/py/tests" && env -u PMCKPT_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$T" \
+		timeout "$t" python3 "$@")
+}
+
+if [ "$what" != bench ]; then
+	step tests/gpu_pipeline
+	LD_LIBRARY_PATH=$K/lib timeout 180 "$K/bin/gpu_pipeline" >"$OUT/gpu_pipeline.tap" 2>&1
+	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/gpu_pipeline.tap"; tail -1 "$OUT/gpu_pipeline.tap"
+	step "wheel: --version"
+	py 60 -m pmckpt --version
+	step "wheel: test_gpu.py"
+	py 300 test_gpu.py >"$OUT/test_gpu.tap" 2>&1
+	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/test_gpu.tap"
+fi
+if [ "$what" != checks ]; then
+	for b in 8 32; do
+		step "bench_train batch $b"
+		cfg=none,pm_every1,pm_every10
+		[ "$b" = 8 ] && cfg=$cfg,dcp_every1
+		py 200 ../bench/bench_train.py --device cuda --ranks 0 --batch "$b" --steps 12 --reps 2 \
+			--configs "$cfg" >"$OUT/train_b$b.txt" 2>&1
+		echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/train_b$b.txt"
+	done
+	step pmck-pipebench --gpu-only
+	LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/pmck-pipebench" --gpu-only --dir /dev/shm \
+		>"$OUT/pipebench.txt" 2>&1
+	echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/pipebench.txt"
+fi
+step done
