@@ -163,12 +163,12 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 	enum pmck_gpu_copy how = staged ? PMCK_GPU_TO_HOST :
 		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
 	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
-	unsigned nsub = 0, i = 0;
+	unsigned nsub = 0;
 	int ret = pmck__gpu_copy_start(ws, j->layer, p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
 			how, dst, j->src, j->len, j->seq, &nsub);
 
 	job_started(p, j);
-	for (; i < nsub && !ret; i++) {
+	for (unsigned i = 0; i < nsub && !ret; i++) {
 		uint64_t off = (uint64_t)i * PMCK_GPU_SUB;
 		uint64_t n = j->len - off < PMCK_GPU_SUB ? j->len - off : PMCK_GPU_SUB;
 		if (!(ret = pmck__gpu_copy_wait(ws, i)))
@@ -176,8 +176,8 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 				pmck__ckpt_landed(c, j->tensor, j->off + off, n);
 	}
 	/* After a failure no copy of this job may still be landing when the slot is reused. */
-	for (; ret && nsub && i < nsub; i++)
-		pmck__gpu_copy_wait(ws, nsub - 1);
+	if (ret && nsub)
+		pmck__gpu_copy_wait(ws, nsub - 1); /* the stream runs in order: the last one is all */
 	return ret;
 }
 

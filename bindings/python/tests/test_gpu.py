@@ -167,18 +167,24 @@ def test_train_every_step():
 def test_dcp(staging):
     import torch.distributed.checkpoint as dcp
     import pmckpt.dcp
-    st = gpu_state()
-    st.pop("rng"), st.pop("cuda_rng")
+    g = torch.Generator(device=dev).manual_seed(3)
+    st = {"model": model().state_dict(),
+          "extra": {"bf16": torch.randn(33, 7, device=dev, generator=g).bfloat16()}}
     want = clone(st)
     with pmckpt.Store(name=f"gpu-dcp-{staging}", ramdisk=D) as s:
         w = pmckpt.dcp.StorageWriter(s, staging=staging)
         if staging == "none":
-            dcp.async_save(st, storage_writer=w, checkpoint_id="3").result()
+            dcp.async_save(st, storage_writer=w, checkpoint_id=3).result()
         else:
-            dcp.save(st, storage_writer=w, checkpoint_id="3")
-    back = {k: (v.zero_() if isinstance(v, torch.Tensor) else v) for k, v in clone(st).items()}
+            dcp.save(st, storage_writer=w, checkpoint_id=3)
+    back = clone(st)
+    for d in (back["model"], back["extra"]):
+        for t in d.values():
+            t.zero_()
     with pmckpt.Store(name=f"gpu-dcp-{staging}", ramdisk=D) as s:
         dcp.load(back, storage_reader=pmckpt.dcp.StorageReader(s))
+    if back["model"]["0.weight"].device != dev:
+        return f"loaded onto {back['model']['0.weight'].device}"
     return same(want, back)
 
 
