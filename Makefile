@@ -67,7 +67,7 @@ endif
 .DEFAULT_GOAL := all
 CONFIG     := $(BUILD)/config.mk
 GOALS      := $(or $(MAKECMDGOALS),all)
-TEST_GOALS := check check-vm bench soak soak-mpi soak-partner soak-dist tests python-env
+TEST_GOALS := check check-vm bench bench-gpu soak soak-mpi soak-partner soak-dist tests python-env
 NEED_CONFIG := $(filter-out clean check-fresh,$(GOALS))
 ifneq ($(NEED_CONFIG),)
 include $(CONFIG)
@@ -473,6 +473,13 @@ bench: all
 	$(if $(MPI_TOOLS),BUILD=$(BUILD) tools/mpi/partnerbench.sh)
 	BUILD=$(BUILD) bindings/python/bench/run.sh
 	BENCH=bench_train.py BUILD=$(BUILD) bindings/python/bench/run.sh --quick
+	BENCH=bench_gpu.py BUILD=$(BUILD) bindings/python/bench/run.sh
+
+# The GPU figures of issue #30 (bench_gpu.py: save and load against pinned D2H/H2D, the
+# save_async stall against DCP's, training throughput at batch 8 and 32); skips without a GPU.
+bench-gpu: all python-env
+	BENCH=bench_gpu.py BUILD=$(BUILD) bindings/python/bench/run.sh
+.PHONY: bench-gpu
 
 # Training throughput of a PyTorch loop checkpointing every step / every 10 (~10-15 min on 2 cores).
 bench-train: all python-env

@@ -423,7 +423,8 @@ int pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step);
  * pmck_pipeline_put_layer -- queues every tensor of `layer` for writing;
  * srcs[i] is the source of tensor i (entries of other layers are not read;
  * GPU strategies take device pointers).  Returns at once.  The sources
- * must stay unchanged until pmck_pipeline_wait_layer(p, layer) returns.
+ * must stay unchanged until pmck_pipeline_wait_layer(p, layer) returns
+ * (GPU sources: or, stream-ordered, see "GPU sources and streams" below).
  * Each layer is put once per checkpoint; the checkpoint commits after its
  * last layer is persisted.  Returns PMCK_SKIPPED while the checkpoint is
  * skipped.  Errors: -EINVAL (no checkpoint begun, layer unknown or already

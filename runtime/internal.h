@@ -384,9 +384,10 @@ int pmck__partner_restore(struct pmck_partner *p, uint64_t need, uint64_t agreed
 /*
  * partner.c, at the end of pmck_global_recover on every rank: queues a
  * round that sends the recovered `step` again to the holder unless it
- * still holds it (held), and into the self store unless it holds it.  A replaced node's ranks hold nothing for their
- * sources until this round: without it, losing the other node next would
- * lose a step that only the replaced node had a copy of.
+ * still holds it (held), and into the self store unless it holds it.  A
+ * replaced node's ranks hold nothing for their sources until this round:
+ * without it, losing the other node next would lose a step that only the
+ * replaced node had a copy of.
  */
 void pmck__partner_resend(struct pmck_partner *p, uint64_t step, int held);
 /*

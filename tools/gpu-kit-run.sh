@@ -4,8 +4,8 @@
 # checks: tests/gpu_pipeline (the stream contract included), the wheel installed with
 #         pip install --no-index --no-deps beside the machine's torch, then
 #         python -m pmckpt --version and test_gpu.py against the installed package;
-# bench:  bench_train.py on the GPU (batch 8 and 32: none, every step, every 10; DCP async
-#         every step at batch 8) and pmck-pipebench --gpu-only.
+# bench:  bench_gpu.py (make bench-gpu: save and load against pinned D2H/H2D, the stall
+#         against DCP's, bench_train.py at batch 8 and 32) and pmck-pipebench --gpu-only.
 # Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
 K=$(cd "$(dirname "$0")" && pwd)
 what=${1:-all}
@@ -47,14 +47,9 @@ if [ "$what" != bench ]; then
 	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/test_gpu.tap"
 fi
 if [ "$what" != checks ]; then
-	for b in 8 32; do
-		step "bench_train batch $b"
-		cfg=none,pm_every1,pm_every10
-		[ "$b" = 8 ] && cfg=$cfg,dcp_every1
-		py 200 ../bench/bench_train.py --device cuda --ranks 0 --batch "$b" --steps 12 --reps 2 \
-			--configs "$cfg" >"$OUT/train_b$b.txt" 2>&1
-		echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/train_b$b.txt"
-	done
+	step "bench_gpu.py (save, load, stall, training at batch 8 and 32)"
+	py 420 ../bench/bench_gpu.py >"$OUT/bench_gpu.txt" 2>&1
+	echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/bench_gpu.txt"
 	step pmck-pipebench --gpu-only
 	LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/pmck-pipebench" --gpu-only --dir /dev/shm \
 		>"$OUT/pipebench.txt" 2>&1

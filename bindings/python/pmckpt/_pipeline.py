@@ -19,6 +19,7 @@ from ._lib import lib, check
 from ._state import FORMAT, Flattener, Layout, blob_capacity, make_blob, module_prefix
 from .errors import Error, MetadataTooLargeError, error_for
 
+
 class GpuPathWarning(UserWarning):
     """CUDA tensors are saved through host memory: the GPU path is unavailable."""
 
@@ -63,7 +64,6 @@ class SaveHandle:
         self._all_put = False
         self._error = None
         self._gpu = (False, 0)  # (written by the GPU path, its device)
-        self._stream = None     # the CUDA stream its sources were ready on
         self._layer_of = {}   # tensor name or module prefix -> its layers
         self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
         for e in entries:
@@ -293,7 +293,6 @@ class _Pipeline:
             h._gpu = (prep.gpu, device)
             h._capacity = layout.capacity()
             self._inflight = h
-            h._stream = stream
             for layer in sorted({e.layer for e in entries}):
                 rc = _put_layer(self._pipe, layer, arr, stream)
                 if rc < 0:

@@ -268,7 +268,7 @@ def test_hook_waits_only_own_layers():
         pmckpt.hook_module(m, s)
         h = s.save_async(st, 1)
         real = h._wait_layers
-        h._wait_layers = lambda layers: (log.append(sorted(layers)), real(layers))
+        h._wait_layers = lambda layers, **kw: (log.append(sorted(layers)), real(layers, **kw))
         o2.step()
         m(x)  # BatchNorm buffers: waited for before forward
         h.wait()

@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""bench_gpu.py -- the GPU figures of issue #30, each against a baseline measured
+in the same run (`make bench-gpu`; `make bench` runs it too and it says why it
+skips where there is no GPU):
+
+  ratio: gpu_save_durable_vs_pinned_d2h   Store.save of a CUDA state (call to
+          durable in the store) against a pinned cudaMemcpy D2H of the same
+          tensors, as bandwidth (goal >= 0.9)
+  ratio: gpu_load_into_vs_pinned_h2d      Store.load(into=) the same CUDA tensors,
+          verified, against a pinned H2D of them (goal >= 0.8)
+  ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
+          against dcp.async_save's (the training thread's stall)
+  ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
+         gpu_train_every_step_vs_dcp_async_every_step   from bench_train.py
+          --device cuda (GPT-2 medium), its per-step cost lines passed through
+
+Each figure is the median of --reps repetitions (the training ratios: of
+--train-reps, 8 measured steps after 3 of warm-up each).  --device cpu runs the same
+code on host tensors (with unpinned baselines): a dry run of the script, not
+a figure.  Usage: bench_gpu.py [--mb N] [--reps N] [--train-reps N] [--no-train]
+[--device D]"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import pmckpt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def state(mb, dev):
+    """About `mb` MB of fp32 tensors shaped like a transformer's (a few large, many small)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    out, left, i = {}, mb << 20, 0
+    while left > 0:
+        n = min(left // 4, (4 << 20) if i % 3 else (16 << 20))
+        n = max(n, 1024)
+        out[f"t{i}"] = torch.randn(n, generator=g).to(dev)
+        out[f"b{i}"] = torch.randn(1024, generator=g).to(dev)
+        left -= 4 * (n + 1024)
+        i += 1
+    return out
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def timed(fn, dev):
+    sync(dev)
+    t0 = time.perf_counter()
+    fn()
+    sync(dev)
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=2048)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--train-reps", type=int, default=2,
+                    help="bench_train.py's repetitions (DCP every step takes ~5 s a step at "
+                         "batch 8 on an H100)")
+    ap.add_argument("--shm", default="/dev/shm")
+    a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            print("bench: gpu skipped: torch sees no CUDA device")
+            return 0
+        if not pmckpt.gpu_available(dev.index or 0):
+            print(f"bench: gpu skipped: {pmckpt.gpu_unavailable_reason(dev.index or 0)}")
+            return 0
+        print(f"# {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
+              f"{pmckpt.library_path}")
+    st = state(a.mb, dev)
+    nbytes = sum(t.numel() * t.element_size() for t in st.values())
+    pin = dev.type == "cuda"
+    host = {k: torch.empty(t.shape, dtype=t.dtype, pin_memory=pin) for k, t in st.items()}
+    print(f"# {nbytes / 1e9:.2f} GB in {len(st)} tensors, medians of {a.reps}")
+
+    def d2h():
+        for k, t in st.items():
+            host[k].copy_(t, non_blocking=pin)
+
+    def h2d():
+        for k, t in st.items():
+            t.copy_(host[k], non_blocking=pin)
+
+    d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
+    save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
+    import torch.distributed.checkpoint as dcp
+    with pmckpt.Store(name="bench-gpu", ramdisk=d) as s:
+        s.save(st, 1)  # the first save makes the store and the pipeline
+        step = 1
+        for _ in range(a.reps):
+            d2h_t.append(timed(d2h, dev))
+            step += 1
+            save.append(timed(lambda: s.save(st, step), dev))
+            h2d_t.append(timed(h2d, dev))
+            load.append(timed(lambda: s.load(into=st), dev))
+            step += 1
+            sync(dev)
+            t0 = time.perf_counter()
+            h = s.save_async(st, step)
+            stall.append(time.perf_counter() - t0)
+            h.wait()
+            sync(dev)
+            t0 = time.perf_counter()
+            fut = dcp.async_save(st, checkpoint_id=os.path.join(d, f"dcp{step}"))
+            dcp_stall.append(time.perf_counter() - t0)
+            fut.result()
+    med = statistics.median
+    print(f"bench: gpu_save_durable {nbytes / med(save) / 1e9:.2f} GB/s")
+    print(f"bench: gpu_pinned_d2h {nbytes / med(d2h_t) / 1e9:.2f} GB/s")
+    print(f"ratio: gpu_save_durable_vs_pinned_d2h {med(d2h_t) / med(save):.3f}")
+    print(f"bench: gpu_load_into {nbytes / med(load) / 1e9:.2f} GB/s")
+    print(f"bench: gpu_pinned_h2d {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
+    print(f"ratio: gpu_load_into_vs_pinned_h2d {med(h2d_t) / med(load):.3f}")
+    print(f"bench: gpu_save_async_stall {med(stall) * 1e3:.2f} ms")
+    print(f"bench: gpu_dcp_async_save_stall {med(dcp_stall) * 1e3:.2f} ms")
+    print(f"ratio: gpu_stall_vs_dcp_async {med(stall) / med(dcp_stall):.4f}")
+    subprocess.run(["rm", "-rf", d])
+    if a.no_train:
+        return 0
+
+    names = {("32", "train_tput_ckpt_every_step_vs_none"): "gpu_train_every_step_vs_none_b32",
+             ("8", "train_tput_ckpt_every_step_vs_none"): "gpu_train_every_step_vs_none_b8",
+             ("8", "train_tput_ckpt_every10_vs_none"): "gpu_train_every10_vs_none_b8",
+             ("8", "train_tput_every_step_vs_dcp_async_every_step"):
+                 "gpu_train_every_step_vs_dcp_async_every_step"}
+    for batch, configs in (("32", "none,pm_every1"), ("8", "none,pm_every1,pm_every10,dcp_every1")):
+        out = subprocess.run([sys.executable, os.path.join(HERE, "bench_train.py"), "--device",
+                              a.device, "--ranks", "0", "--batch", batch, "--steps", "8",
+                              "--warmup", "3", "--reps", str(a.train_reps), "--configs",
+                              configs],
+                             capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            w = line.split()
+            if line.startswith("ratio: ") and (batch, w[1]) in names:
+                print(f"ratio: {names[(batch, w[1])]} {' '.join(w[2:])}")
+            elif line.startswith("bench: cost"):
+                print(f"bench: cost b{batch} {line[len('bench: cost '):]}")
+        if out.returncode:
+            print(f"bench: bench_train batch {batch} failed ({out.returncode}): "
+                  f"{out.stderr.strip().splitlines()[-1:]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
