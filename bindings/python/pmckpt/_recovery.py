@@ -59,15 +59,18 @@ def _u8_view(addr, nbytes):
 
 def copy_into(dst, src, copier, fresh=False):
     """dst[...] = src, where src views the region.  When dst's memory, in
-    order, is exactly src's bytes (dense CPU tensor, same strides) the copy is
-    a memcpy queued on copier; otherwise torch copies now (CUDA, other strides).
-    fresh: dst was just allocated."""
+    order, is exactly src's bytes (dense tensor, same strides) the copy is
+    queued on copier: a memcpy for a CPU dst, an asynchronous copy_ for a
+    CUDA one; otherwise torch copies now (other strides).  fresh: dst was just
+    allocated.  The copies are done when copier.run() returns."""
     n = src.numel() * src.element_size()
     if n == 0:
         return
-    if dst.device.type == "cpu" and dst.stride() == src.stride() and \
-            dense_permutation(dst) is not None:
+    dense = dst.stride() == src.stride() and dense_permutation(dst) is not None
+    if dst.device.type == "cpu" and dense:
         copier.add(dst.data_ptr(), src.data_ptr(), n, fresh)
+    elif dst.device.type == "cuda" and dense:
+        copier.add_device(dst, src)
     else:
         dst.copy_(src)
 

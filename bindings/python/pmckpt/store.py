@@ -16,6 +16,8 @@ import threading
 import warnings
 from ctypes import byref, c_void_p
 
+import torch
+
 from . import _lib
 from ._backend import _Backend
 from ._copy import Copier, parallel_fresh
@@ -293,12 +295,34 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                                       f"step {doc['step']} does not")
             tensors = {}
             copier = Copier(parallel=into is not None or parallel_fresh())
+            self._map_for_loads(targets, infos, map_location)
             for name in tree_names(doc["tree"]):
                 info = infos.get(name, {})
                 tensors[name] = self._load_tensor(name, info, targets.get(name), map_location,
                                                   copier)
             copier.run()
         return Decoder(tensors.__getitem__).decode(doc["tree"])
+
+    def _map_for_loads(self, targets, infos, map_location):
+        """Loading into CUDA tensors of one device: the region is registered with
+        CUDA for it (the GPU pipeline that saves need maps it: made now if there is
+        none yet), so that each copy is a DMA from pinned memory rather than
+        through a bounce buffer.  Without the GPU path the copies work as before."""
+        devs = {t.device for t in targets.values() if t.is_cuda}
+        if map_location is not None:
+            d = torch.device(map_location)
+            devs |= {d} if d.type == "cuda" else set()
+        else:
+            devs |= {torch.device(i["dev"]) for n, i in infos.items()
+                     if n not in targets and str(i.get("dev", "")).startswith("cuda")}
+        if len(devs) != 1 or self._h is None:
+            return
+        index = next(iter(devs)).index or 0
+        want = (_GPU_SOURCES[self.gpu_source], index)
+        if self._pipe and self._pipe_source != want:
+            return  # another pipeline (host sources): not replaced for a load
+        if lib.pmck_gpu_available(index) == 0:
+            self._ensure_pipeline(*want)
 
     # ------------------------------------------------------------ steps, files, the rest
 
