@@ -185,6 +185,17 @@ newest_is(const char *path, uint64_t step, uint8_t byte)
 	return good;
 }
 
+/* Begins `step` and puts every layer: ready on `stream`, or through put_layer if NULL. */
+static int
+begin_put_all(struct pmck_pipeline *p, uint64_t step, cudaStream_t stream)
+{
+	int ret = pmck_pipeline_begin(p, step);
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = stream ? pmck_pipeline_put_layer_stream(p, l, (const void *const *)dev, stream) :
+			pmck_pipeline_put_layer(p, l, (const void *const *)dev);
+	return ret;
+}
+
 /* The stream contract, for strategy src (pmckpt.h, "GPU sources and streams"). */
 static void
 test_streams(const char *path, enum pmck_source src, uint64_t step)
@@ -209,9 +220,7 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 	cudaLaunchHostFunc(side, stall_fn, &late);
 	for (size_t i = 0; i < N; i++)
 		cudaMemsetAsync(dev[i], 0x5a, nbytes[i], side);
-	ret = pmck_pipeline_begin(p, ++step);
-	for (unsigned l = 0; l < LAYERS && !ret; l++)
-		ret = pmck_pipeline_put_layer_stream(p, l, (const void *const *)dev, side);
+	ret = begin_put_all(p, ++step, side);
 	ok(!ret && !atomic_load(&late.done), "%s: put_layer_stream returns before the side "
 			"stream's writes ran", name);
 	ret = ret ? ret : pmck_pipeline_wait(p);
@@ -221,9 +230,7 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 
 	/* 2. Work queued on the legacy default stream after the put does not hold it up. */
 	struct stall busy = {.ms = 2000};
-	ret = pmck_pipeline_begin(p, ++step);
-	for (unsigned l = 0; l < LAYERS && !ret; l++)
-		ret = pmck_pipeline_put_layer(p, l, (const void *const *)dev);
+	ret = begin_put_all(p, ++step, NULL);
 	cudaLaunchHostFunc(cudaStreamLegacy, stall_fn, &busy);
 	ret = ret ? ret : pmck_pipeline_wait(p);
 	ok(!ret && !atomic_load(&busy.done), "%s: committed while the legacy default stream was "
@@ -237,9 +244,7 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 	 */
 	struct stall hold = {.ms = 300};
 	cudaLaunchHostFunc(side, stall_fn, &hold);
-	ret = pmck_pipeline_begin(p, ++step);
-	for (unsigned l = 0; l < LAYERS && !ret; l++)
-		ret = pmck_pipeline_put_layer_stream(p, l, (const void *const *)dev, side);
+	ret = begin_put_all(p, ++step, side);
 	for (unsigned l = 0; l < LAYERS && !ret; l++) {
 		ret = pmck_pipeline_wait_layer_stream(p, l, side);
 		for (size_t i = l * PER_LAYER; i < (l + 1) * PER_LAYER && !ret; i++)
