@@ -365,9 +365,8 @@ struct pmck_pipeline_opts {
 	/*
 	 * GPU sources: the CUDA stream (a cudaStream_t of cuda_device) that
 	 * produces the sources, for pmck_pipeline_put_layer; NULL: the device's
-	 * legacy default stream.  See "GPU sources and streams" below.  (New
-	 * in 0.1.0 after the partner tier: callers built against the shorter
-	 * struct must be rebuilt.)
+	 * legacy default stream.  See "GPU sources and streams" below.  (New,
+	 * last: callers built against the shorter struct must be rebuilt.)
 	 */
 	void *cuda_stream;
 };
