@@ -477,7 +477,10 @@ int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
  * wait_layer: blocks only until every copy of `layer` is enqueued (not
  * landed), then makes cuda_stream (NULL: the legacy default stream) wait
  * on the GPU for them, so that work queued there afterwards may change
- * the layer's sources.  Persisting goes on in the background; a failure
+ * the layer's sources.  A writer enqueues its next piece once its current
+ * one has landed, so when more pieces are queued before the layer's than
+ * there are writers, the host still waits for those to land (strategy G
+ * never waits: its snapshot is enqueued by put_layer).  Persisting goes on in the background; a failure
  * is reported by a later wait.  Host sources: pmck_pipeline_wait_layer.
  * Errors: -EINVAL (layer unknown), the checkpoint's error if it already
  * failed, -EIO from CUDA.  The caller's current device is left as it was.

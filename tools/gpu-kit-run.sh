@@ -6,6 +6,7 @@
 #         python -m pmckpt --version and test_gpu.py against the installed package;
 # bench:  bench_gpu.py (make bench-gpu: save and load against pinned D2H/H2D, the stall
 #         against DCP's, bench_train.py at batch 8 and 32) and pmck-pipebench --gpu-only.
+# GPU_KIT_BENCH_ARGS: extra arguments of bench_gpu.py (e.g. --no-train).
 # Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
 K=$(cd "$(dirname "$0")" && pwd)
 what=${1:-all}
@@ -48,7 +49,7 @@ if [ "$what" != bench ]; then
 fi
 if [ "$what" != checks ]; then
 	step "bench_gpu.py (save, load, stall, training at batch 8 and 32)"
-	py 420 ../bench/bench_gpu.py >"$OUT/bench_gpu.txt" 2>&1
+	py 420 ../bench/bench_gpu.py ${GPU_KIT_BENCH_ARGS:-} >"$OUT/bench_gpu.txt" 2>&1
 	echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/bench_gpu.txt"
 	step pmck-pipebench --gpu-only
 	LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/pmck-pipebench" --gpu-only --dir /dev/shm \

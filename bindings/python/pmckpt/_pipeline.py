@@ -37,6 +37,13 @@ def _put_stream(dev):
     return torch.cuda.current_stream(dev).cuda_stream
 
 
+def _to_device(t, dev):
+    """A host tensor copied to `dev` on the current stream without waiting for it:
+    through pinned memory, since a copy from pageable memory would first wait for
+    everything queued on the stream (the state's own kernels, say)."""
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
 def _put_layer(pipe, layer, arr, stream):
     if stream is None or _PUT_STREAM is None:
         return lib.pmck_pipeline_put_layer(pipe, layer, arr)
@@ -264,7 +271,7 @@ class _Pipeline:
             if prep.gpu:
                 device = next(s.device.index or 0 for s in srcs if s.is_cuda)
                 dev = torch.device("cuda", device)
-                srcs = [s if s.is_cuda else s.to(dev) for s in srcs]
+                srcs = [s if s.is_cuda else _to_device(s, dev) for s in srcs]
                 keep.append(srcs)
                 # The copies wait on the GPU for the work queued so far on the current
                 # stream (an event, pmck_pipeline_put_layer_stream): no host synchronisation.
@@ -315,7 +322,7 @@ class _Pipeline:
             stream = None
             if h._gpu[0]:
                 dev = torch.device("cuda", h._gpu[1])
-                src = torch.frombuffer(buf, dtype=torch.uint8).to(dev)
+                src = _to_device(torch.frombuffer(buf, dtype=torch.uint8), dev)
                 stream = _put_stream(dev)  # the copy above is on it: ordered by its event
                 ptr = src.data_ptr()
             else:

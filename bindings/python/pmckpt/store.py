@@ -326,15 +326,20 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     # ------------------------------------------------------------ steps, files, the rest
 
+    def _settled_store(self):
+        """The open store after the checkpoint in flight has ended (opened if it exists),
+        or None: no store.  Called with the lock held."""
+        if self._inflight is not None:
+            self._finish(self._inflight)
+        if self._h is None:
+            self._h = self._open_existing()
+        return self._h
+
     def newest_step(self):
         """The step of the newest committed checkpoint in the local store, or None.
         Reads the slots' seals (verification happens at load)."""
         with self._lock:
-            if self._inflight is not None:
-                self._finish(self._inflight)
-            if self._h is None:
-                self._h = self._open_existing()
-            if self._h is None:
+            if self._settled_store() is None:
                 return None
             slot_step = _lib.optional("pmck_store_slot_step")
             if slot_step is not None:
@@ -353,11 +358,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         store).  Reads the seals after waiting for the checkpoint in flight; the
         steps that load(step=) can load, unless verification rejects one."""
         with self._lock:
-            if self._inflight is not None:
-                self._finish(self._inflight)
-            if self._h is None:
-                self._h = self._open_existing()
-            if self._h is None:
+            if self._settled_store() is None:
                 return []
             return sorted(x for x in (lib.pmck_store_slot_step(self._h.store, k) for k in (0, 1))
                           if x >= 0)

@@ -147,6 +147,8 @@ def test_train_every_step():
     m = model()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     x = torch.randn(256, 512, device=dev)
+    m(x).square().mean().backward()
+    opt.step()  # the optimizer's state exists from the first checkpoint on (one layout)
     snaps = {}
     with pmckpt.Store(name="gpu-every", ramdisk=D) as s:
         pmckpt.hook_optimizer(opt, s)
