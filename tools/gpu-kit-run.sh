@@ -16,6 +16,7 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 step() { echo "=== $(date +%T) $*"; }
 
 step machine
+grep -h PRETTY_NAME /etc/os-release 2>/dev/null
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 # The wheel installed as pip would, into a folder of its own beside the machine's torch

@@ -408,17 +408,8 @@ def main():
     T.diag(text.strip()[:300])
 
     # kill one rank during dcp.async_save (Store(group=True)); restart: one step, bit-exact
-    def last_global():
-        best = None
-        for r in range(2):
-            try:
-                with open(os.path.join(d, f"global.{r}")) as f:
-                    lines = f.read().split()
-            except FileNotFoundError:
-                continue
-            if lines:
-                best = max(best or 0, int(lines[-1]))
-        return best
+    from ranks import Ranks
+    last_global = Ranks(HERE, d, 2).last_global  # only its log reader
 
     bad = 0
     trials = int(os.environ.get("PMCK_DCP_KILL_TRIALS", 2))
