@@ -81,6 +81,7 @@ def worker(args, mode, rank, rdzv):
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=RANKS,
                             timeout=datetime.timedelta(seconds=300))
     d = args.dir
+    t_ready = time.time()  # imported, process group up
     if mode == "tput":
         store = open_store(args, rank, d)
         sd = make_state(args, rank, 0)
@@ -120,18 +121,28 @@ def worker(args, mode, rank, rdzv):
     elif mode == "restart-pmckpt":
         store = open_store(args, rank, d)
         sd = store.load()
+        t_loaded = time.time()
         tier = store.last_recovery["tier"]
         train_step(sd)
-        print(f"rank {rank} first {time.time():.6f} {t_start:.6f} {sd['step']} {tier}",
-              flush=True)
+        print(f"rank {rank} first {time.time():.6f} {t_start:.6f} {sd['step']} {tier} "
+              f"{t_ready:.6f} {t_loaded:.6f}", flush=True)
         store.close()
     elif mode == "restart-dcp":
         sd = make_state(args, rank, 0)  # the model as built at start-up, then loaded into
         dcp.load(sd, checkpoint_id=os.path.join(args.shared, f"step-{args.steps}"))
+        t_loaded = time.time()
         train_step(sd)
-        print(f"rank {rank} first {time.time():.6f} {t_start:.6f} {sd['step']} shared",
-              flush=True)
+        print(f"rank {rank} first {time.time():.6f} {t_start:.6f} {sd['step']} shared "
+              f"{t_ready:.6f} {t_loaded:.6f}", flush=True)
     dist.destroy_process_group()
+
+
+def phases(lines, t0):
+    """The slowest rank's seconds from launch to its process group up (start: interpreter,
+    imports, gloo), from there to its state loaded (load), and to its first step's end (step)."""
+    first, ready, loaded = ([float(l[i]) for l in lines] for i in (3, 7, 8))
+    return (max(r - t0 for r in ready), max(d - r for r, d in zip(ready, loaded)),
+            max(f - d for d, f in zip(loaded, first)))
 
 
 def launch(args, mode, n):
@@ -193,11 +204,17 @@ def main():
             sys.exit(f"bench_partner: the restart did not resume step {args.steps} from the "
                      f"partners: {lines}")
         ours = max(float(l[3]) for l in lines) - t0
+        ours_parts = phases(lines, t0)
         t0, lines = launch(args, "restart-dcp", 4)
         theirs = max(float(l[3]) for l in lines) - t0
+        theirs_parts = phases(lines, t0)
         print(f"bench: restart_to_first_step_pmckpt_partner {ours:.3f} s")
         print(f"bench: restart_to_first_step_dcp_shared {theirs:.3f} s")
+        for name, a, b in zip(("start", "load", "step"), ours_parts, theirs_parts):
+            print(f"bench: restart_{name}_pmckpt_partner {a:.3f} s")
+            print(f"bench: restart_{name}_dcp_shared {b:.3f} s")
         print(f"ratio: restart_to_first_step_vs_dcp {ours / theirs:.4f}")
+        print(f"ratio: restart_load_vs_dcp_load {ours_parts[1] / theirs_parts[1]:.4f}")
     finally:
         for m in made:
             shutil.rmtree(m, ignore_errors=True)
