@@ -57,6 +57,8 @@ struct pmck_pipeline {
 	uint32_t nlayers;
 	uint32_t *layer_id;      /* sorted distinct layer numbers */
 	uint32_t *tensor_layer;  /* tensor -> dense layer index */
+	/* Layer ix's tensors, in tensor order: layer_tensor[layer_tstart[ix] .. layer_tstart[ix + 1]] */
+	uint32_t *layer_tstart, *layer_tensor;
 
 	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
@@ -349,10 +351,26 @@ index_layers(struct pmck_pipeline *p)
 	for (size_t i = 0; i < n; i++)
 		if (i == 0 || p->layer_id[i] != p->layer_id[p->nlayers - 1])
 			p->layer_id[p->nlayers++] = p->layer_id[i];
+	/*
+	 * put_layer queues a layer's tensors from this index, not by a scan of
+	 * all tensors: a GPT-2 state has 1175 tensors in 444 layers, put one by
+	 * one on every checkpoint.
+	 */
+	p->layer_tstart = calloc(p->nlayers + 1, sizeof(*p->layer_tstart));
+	p->layer_tensor = malloc((n ? n : 1) * sizeof(*p->layer_tensor));
+	if (!p->layer_tstart || !p->layer_tensor)
+		return pma__err(-ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		pmck_store_tensor(p->store, i, &ti);
 		p->tensor_layer[i] = (uint32_t)layer_index(p, ti.layer);
+		p->layer_tstart[p->tensor_layer[i]]++;
 	}
+	/* Counts into ends, then each layer filled backwards from its end down to its start. */
+	for (uint32_t l = 1; l < p->nlayers; l++)
+		p->layer_tstart[l] += p->layer_tstart[l - 1];
+	p->layer_tstart[p->nlayers] = (uint32_t)n;
+	for (size_t i = n; i-- > 0;)
+		p->layer_tensor[--p->layer_tstart[p->tensor_layer[i]]] = (uint32_t)i;
 	if (p->verify) {
 		p->vjobs = malloc(p->qcap * sizeof(*p->vjobs));
 		p->layer_vfirst = calloc(p->nlayers, sizeof(*p->layer_vfirst));
@@ -559,13 +577,11 @@ pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const vo
 	/* On the GPU, the layer's copies (or snapshot) come after the caller's work so far. */
 	if (is_gpu(p) && (ret = pmck__gpu_layer_ready(p->gpu, (unsigned)ix, cuda_stream)))
 		goto out;
-	size_t n = pmck_store_ntensors(p->store);
 	if (p->verify)
 		p->layer_vfirst[ix] = p->nvjobs;
 	p->layer_first[ix] = p->nseq;
-	for (size_t i = 0; i < n && !ret; i++) {
-		if (p->tensor_layer[i] != (uint32_t)ix)
-			continue;
+	for (uint32_t t = p->layer_tstart[ix]; t < p->layer_tstart[ix + 1] && !ret; t++) {
+		size_t i = p->layer_tensor[t];
 		struct pmck_tensor_info ti;
 		pmck_store_tensor(p->store, i, &ti);
 		uint64_t off = 0;
@@ -706,6 +722,8 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_started);
 	free(p->layer_id);
 	free(p->tensor_layer);
+	free(p->layer_tstart);
+	free(p->layer_tensor);
 	free(p);
 	*pp = NULL;
 }

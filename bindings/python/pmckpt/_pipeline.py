@@ -44,6 +44,45 @@ def _to_device(t, dev):
     return t.pin_memory().to(dev, non_blocking=True)
 
 
+_PACK_ALIGN = 256  # each packed tensor starts where a CUDA allocation would
+
+
+def _pack_host(srcs, dev):
+    """srcs with their host tensors (a CUDA state's step counters, say: one per
+    parameter of an AdamW) replaced by views of one buffer on `dev`, filled by
+    a single copy: the host packs them into one (pinned, for a CUDA `dev`)
+    buffer, and one non-blocking copy on the current stream moves it.  One copy
+    for all rather than one per tensor (each with its own pinned allocation),
+    on the training thread of every save_async.  Returns (srcs, buffers to keep
+    until the checkpoint ends)."""
+    where = [i for i, s in enumerate(srcs) if s.device.type != dev.type]
+    if not where:
+        return srcs, ()
+    host, placed = _pack(srcs, where, pin=dev.type == "cuda")
+    moved = host.to(dev, non_blocking=True)
+    out = list(srcs)
+    for i, off, n in placed:
+        out[i] = moved[off:off + n]
+    return out, (host, moved)
+
+
+def _pack(srcs, where, pin):
+    """The bytes of srcs[i] for i in `where` (host tensors, dense), copied now into
+    one uint8 host buffer, each at a multiple of _PACK_ALIGN.  Returns the buffer
+    and [(i, offset, nbytes)]."""
+    placed, total = [], 0
+    for i in where:
+        n = srcs[i].numel() * srcs[i].element_size()
+        placed.append((i, total, n))
+        total += -(-n // _PACK_ALIGN) * _PACK_ALIGN
+    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pin)
+    base = host.data_ptr()
+    for i, off, n in placed:
+        if n:
+            ctypes.memmove(base + off, srcs[i].data_ptr(), n)
+    return host, placed
+
+
 def _put_layer(pipe, layer, arr, stream):
     if stream is None or _PUT_STREAM is None:
         return lib.pmck_pipeline_put_layer(pipe, layer, arr)
@@ -71,14 +110,15 @@ class SaveHandle:
         self._all_put = False
         self._error = None
         self._gpu = (False, 0)  # (written by the GPU path, its device)
-        self._layer_of = {}   # tensor name or module prefix -> its layers
+        # Built on every save_async, on the training thread: only what the hooks use
+        # (wait_for) is built here; the names for wait_layer when it is first called.
+        self._names = [(e.name, e.layer) for e in entries]
+        self._layer_of = None  # tensor name or module prefix -> its layers
         self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
         for e in entries:
-            self._layer_of.setdefault(e.name, set()).add(e.layer)
-            self._layer_of.setdefault(module_prefix(e.name), set()).add(e.layer)
             if e.zero_copy and e.nbytes:
                 self._ptr_layer.setdefault(e.tensor.data_ptr(), e.layer)
-        self._layers = {e.layer for e in entries}
+        self._layers = {layer for _, layer in self._names}
 
     @property
     def done(self):
@@ -111,6 +151,11 @@ class SaveHandle:
     def wait_layer(self, name):
         """Blocks until the layer holding `name` is persisted: a tensor name
         ("model/fc1.weight"), a module prefix ("model/fc1") or a layer number."""
+        if self._layer_of is None:
+            self._layer_of = {}
+            for n, layer in self._names:
+                self._layer_of.setdefault(n, set()).add(layer)
+                self._layer_of.setdefault(module_prefix(n), set()).add(layer)
         if isinstance(name, int) and name in self._layers:
             layers = [name]
         elif isinstance(name, str) and name in self._layer_of:
@@ -201,6 +246,7 @@ class _Prepared:
         self.doc = doc
         self.binary = binary
         self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
+        self.blob = None  # make_blob(doc, binary), once _start has made it
 
 
 class _Pipeline:
@@ -209,19 +255,16 @@ class _Pipeline:
     def _prepare(self, state_dict, step, kind="state_dict", extra_capacity=0):
         if not isinstance(state_dict, dict):
             raise TypeError("a state_dict is a dict")
-        cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in _leaves(state_dict))
-        gpu_path = cuda and self._gpu_ok(state_dict)
-        fl = Flattener(stage_cuda=cuda and not gpu_path)
+        fl = Flattener()
         tree = fl.encode(state_dict)
+        gpu_path = fl.cuda_device is not None and self._gpu_path(fl.cuda_device)
+        if fl.cuda_device is not None and not gpu_path:
+            fl.stage_cuda()
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
                "tree": tree, "tensors": {e.name: e.info for e in fl.entries if e.info}}
         prep = _Prepared(fl.entries, doc, extra_capacity=extra_capacity)
         prep.gpu = gpu_path
         return prep
-
-    def _gpu_ok(self, state_dict):
-        dev = next(t.device for t in _leaves(state_dict) if isinstance(t, torch.Tensor) and t.is_cuda)
-        return self._gpu_path(dev)
 
     def _gpu_path(self, dev):
         """Whether the direct GPU path serves CUDA device `dev`.  If not, CUDA
@@ -241,21 +284,21 @@ class _Pipeline:
         """Begins checkpoint `step` and queues every tensor layer (not the metadata).
         Returns the handle; _put_meta completes it.  pending: the _PendingSave this
         checkpoint is (the hooks waiting on it go on to wait for its layers)."""
-        blob = make_blob(prep.doc, prep.binary)
-        cap = blob_capacity(len(blob) + prep.extra_capacity, self.meta_capacity)
-        layout = Layout.of(prep.entries, cap)
+        blob = prep.blob = make_blob(prep.doc, prep.binary)
         with self._lock:
             prev = self._inflight
             if prev is not None and (self.on_busy == "wait" or not prev._all_put):
                 self._finish(prev)
                 prev = None
-            if self._layout is not None:  # keep the store's capacity (a layout never changes)
-                layout = Layout.of(prep.entries, self._layout.capacity())
-            elif self._h is None:
+            if self._layout is None and self._h is None:
                 self._h = self._open_existing()
                 if self._h is not None:
                     self._layout = self._store_layout()
-                    layout = Layout.of(prep.entries, self._layout.capacity())
+            # The store's capacity once it has one (a layout never changes), else the
+            # capacity a first save fixes.
+            layout = Layout.of(prep.entries, self._layout.capacity() if self._layout else
+                               blob_capacity(len(blob) + prep.extra_capacity,
+                                             self.meta_capacity))
             if len(blob) + prep.extra_capacity > layout.capacity():
                 raise MetadataTooLargeError(
                     f"the state_dict's non-tensor values take {len(blob)} bytes of metadata; "
@@ -271,8 +314,8 @@ class _Pipeline:
             if prep.gpu:
                 device = next(s.device.index or 0 for s in srcs if s.is_cuda)
                 dev = torch.device("cuda", device)
-                srcs = [s if s.is_cuda else _to_device(s, dev) for s in srcs]
-                keep.append(srcs)
+                srcs, packed = _pack_host(srcs, dev)
+                keep += [srcs, packed]
                 # The copies wait on the GPU for the work queued so far on the current
                 # stream (an event, pmck_pipeline_put_layer_stream): no host synchronisation.
                 stream = _put_stream(dev)
@@ -309,9 +352,11 @@ class _Pipeline:
                 pending.begun(h)  # the hooks now wait for h's layers
             return h
 
-    def _put_meta(self, h, doc, binary=b""):
-        """Queues the metadata blob, the checkpoint's last layer: it commits after it."""
-        blob = make_blob(doc, binary)
+    def _put_meta(self, h, doc, binary=b"", blob=None):
+        """Queues the metadata blob, the checkpoint's last layer: it commits after it.
+        blob: make_blob(doc, binary) if the caller has it already."""
+        if blob is None:
+            blob = make_blob(doc, binary)
         with self._lock:
             if len(blob) > h._capacity:
                 self._abandon(h)

@@ -119,63 +119,85 @@ def _short_name(base, taken):
 
 
 class Flattener:
-    """Encodes one state_dict: the JSON tree and the list of store tensors."""
+    """Encodes one state_dict: the JSON tree and the list of store tensors.
 
-    def __init__(self, stage_cuda=False):
+    It runs on the training thread at every save_async, over every key and
+    tensor of the state (a GPT-2 medium with AdamW: ~4500 values, 1174
+    tensors), so the walk is kept lean: the common types are dispatched on
+    their exact type, the key path is one list pushed and popped (joined only
+    for a tensor's name or an error), and each tensor's properties are read
+    once."""
+
+    def __init__(self):
         self.entries = []
         self.by_name = {}
+        self.cuda_device = None  # the device of the first CUDA tensor met, if any
         self._alias = {}
-        self._stage_cuda = stage_cuda  # copy CUDA tensors to host (no GPU path)
+        self._path = []
+        self._np = None
 
-    def _where(self, path):
-        return "/".join(path) or "<root>"
+    def _where(self):
+        return "/".join(self._path) or "<root>"
 
-    def _tensor(self, t, path, numpy=False):
-        if t.layout != torch.strided or t.is_quantized or t.is_nested or t.device.type == "meta":
+    def stage_cuda(self):
+        """Points the entries of CUDA tensors at host copies of them (made now):
+        for a library without the GPU path."""
+        for e in self.entries:
+            if e.src.device.type == "cuda":
+                e.src = e.src.to("cpu")
+                e.zero_copy = False
+
+    def _tensor(self, t, numpy=False):
+        dev = t.device
+        devtype = dev.type
+        if t.layout != torch.strided or t.is_quantized or t.is_nested or devtype == "meta":
             raise UnsupportedObjectError(
-                f"state_dict entry '{self._where(path)}': {t.layout} / quantized / nested / meta "
+                f"state_dict entry '{self._where()}': {t.layout} / quantized / nested / meta "
                 "tensors cannot be saved (dense tensors only)")
-        if t.device.type not in ("cpu", "cuda"):
+        if devtype != "cpu" and devtype != "cuda":
             raise UnsupportedObjectError(
-                f"state_dict entry '{self._where(path)}': tensors on {t.device} cannot be saved "
+                f"state_dict entry '{self._where()}': tensors on {dev} cannot be saved "
                 "(CPU or CUDA only)")
         if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
             raise UnsupportedObjectError(
-                f"state_dict entry '{self._where(path)}': tensor subclass {type(t).__qualname__} "
+                f"state_dict entry '{self._where()}': tensor subclass {type(t).__qualname__} "
                 "(DTensor, ShardedTensor, ...) cannot be saved by Store.save: use the DCP "
                 "integration (pmckpt.dcp) for distributed tensors")
         if t.requires_grad:
             t = t.detach()  # state_dict()'s tensors are detached already: skip the call
-        key = (t.untyped_storage().data_ptr() if t.numel() else id(t), t.storage_offset(),
-               tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
-        if key in self._alias and t.numel():
+        numel = t.numel()
+        shape = tuple(t.shape)
+        stride = t.stride()
+        key = (t.untyped_storage().data_ptr() if numel else id(t), t.storage_offset(), shape,
+               stride, t.dtype, dev)
+        if numel and key in self._alias:
             return self._alias[key]
-        name = _short_name("/".join(path), self.by_name)
+        if devtype == "cuda" and self.cuda_device is None:
+            self.cuda_device = dev
+        name = _short_name("/".join(self._path), self.by_name)
         info = {}
         if numpy:
             info["np"] = 1
-        if t.device.type == "cuda":
-            info["dev"] = str(t.device)
+        if devtype == "cuda":
+            info["dev"] = str(dev)
         # Contiguous (nearly every tensor of a model and its optimizer): src is t
         # itself, without dense_permutation's permute; it costs ~0.1 ms per tensor,
         # which on every save of a 358-tensor GPT-2 state was ~15 % of save_async.
-        perm = None if t.is_contiguous() else dense_permutation(t)
-        zero_copy = perm is not None or t.is_contiguous()
         if t.is_contiguous():
-            src = t
-        elif perm is None:
-            src = t.contiguous()   # overlapping or holey view: its elements, packed (a copy)
+            src, zero_copy = t, True
         else:
-            src = t.permute(perm)  # same memory, a contiguous view of it
-            if perm != list(range(t.dim())):
-                info["shape"] = list(t.shape)  # the store holds the permuted (dense) shape
-                info["stride"] = list(t.stride())
-        if src.device.type == "cuda" and self._stage_cuda:
-            src = src.to("cpu")    # no GPU path in this library: staged through host memory
-            zero_copy = False
+            perm = dense_permutation(t)
+            zero_copy = perm is not None
+            if perm is None:
+                src = t.contiguous()   # overlapping or holey view: its elements, packed (a copy)
+            else:
+                src = t.permute(perm)  # same memory, a contiguous view of it
+                if perm != list(range(t.dim())):
+                    info["shape"] = list(shape)  # the store holds the permuted (dense) shape
+                    info["stride"] = list(stride)
+            shape = tuple(src.shape)
         code = _TORCH_TO_PMCK.get(t.dtype)
-        shape = tuple(src.shape)
-        if code is None or src.dim() > _lib.PMCK_MAX_DIMS:
+        if code is None or len(shape) > _lib.PMCK_MAX_DIMS:
             # no store dtype for it (complex, ...) or too many dims: opaque bytes
             info["dtype"] = dtype_name(t.dtype)
             info["shape"] = list(t.shape)
@@ -187,8 +209,63 @@ class Flattener:
         self._alias[key] = name
         return name
 
-    def encode(self, v, path=()):
-        np = _numpy()
+    def encode(self, v):
+        """The JSON tree of v; its tensors become self.entries, in order."""
+        self._np = _numpy()
+        self._path = []
+        return self._enc(v)
+
+    def _enc(self, v):
+        tp = type(v)  # the common types first, on their exact type
+        if tp is torch.Tensor or tp is torch.nn.Parameter:
+            return {"T": self._tensor(v)}
+        if tp is dict or tp is collections.OrderedDict:
+            return self._dict(v)
+        if tp is str or tp is int or tp is bool or v is None:
+            return v
+        if tp is float:
+            return v if math.isfinite(v) else {"f": repr(v)}
+        if tp is list:
+            return {"l": self._seq(v)}
+        return self._other(v)
+
+    def _dict(self, v):
+        path = self._path
+        items = []
+        for k, x in v.items():
+            if type(k) is str:
+                ek = k
+            else:
+                if not isinstance(k, (str, int, float, bool, type(None), tuple)):
+                    raise UnsupportedObjectError(
+                        f"state_dict entry '{self._where()}': key {k!r} of type "
+                        f"{type(k).__qualname__} (keys: str, int, float, bool, None, tuple)")
+                path.append("<key>")
+                ek = self._enc(k)
+                path.pop()
+            path.append(str(k))
+            items.append([ek, self._enc(x)])
+            path.pop()
+        out = {"od" if isinstance(v, collections.OrderedDict) else "d": items}
+        md = getattr(v, "_metadata", None)
+        if isinstance(md, dict):
+            path.append("_metadata")
+            out["m"] = self._enc(md)
+            path.pop()
+        return out
+
+    def _seq(self, v):
+        path = self._path
+        out = []
+        for i, x in enumerate(v):
+            path.append(str(i))
+            out.append(self._enc(x))
+            path.pop()
+        return out
+
+    def _other(self, v):
+        """Every other value, by isinstance (subclasses of the common types too)."""
+        np = self._np
         if np is not None and isinstance(v, np.generic):  # before float: np.float64 is one
             item = v.item()
             if isinstance(item, (bool, int, float)):
@@ -201,30 +278,19 @@ class Flattener:
         if isinstance(v, float):
             return float(v) if math.isfinite(v) else {"f": repr(float(v))}
         if isinstance(v, torch.Tensor):
-            return {"T": self._tensor(v, path)}
+            return {"T": self._tensor(v)}
         if isinstance(v, dict):
-            items = []
-            for k, x in v.items():
-                if not isinstance(k, (str, int, float, bool, type(None), tuple)):
-                    raise UnsupportedObjectError(
-                        f"state_dict entry '{self._where(path)}': key {k!r} of type "
-                        f"{type(k).__qualname__} (keys: str, int, float, bool, None, tuple)")
-                items.append([self.encode(k, path + ("<key>",)), self.encode(x, path + (str(k),))])
-            out = {"od" if isinstance(v, collections.OrderedDict) else "d": items}
-            md = getattr(v, "_metadata", None)
-            if isinstance(md, dict):
-                out["m"] = self.encode(md, path + ("_metadata",))
-            return out
+            return self._dict(v)
         if isinstance(v, list):
-            return {"l": [self.encode(x, path + (str(i),)) for i, x in enumerate(v)]}
+            return {"l": self._seq(v)}
         if isinstance(v, torch.Size):
             return {"S": list(v)}
         if isinstance(v, tuple) and type(v) is not tuple:
             raise UnsupportedObjectError(
-                f"state_dict entry '{self._where(path)}': named tuple {type(v).__qualname__} "
+                f"state_dict entry '{self._where()}': named tuple {type(v).__qualname__} "
                 "cannot be saved (plain tuples can)")
         if isinstance(v, tuple):
-            return {"t": [self.encode(x, path + (str(i),)) for i, x in enumerate(v)]}
+            return {"t": self._seq(v)}
         if isinstance(v, (bytes, bytearray)):
             return {"b": base64.b64encode(bytes(v)).decode()}
         if isinstance(v, torch.dtype):
@@ -234,13 +300,13 @@ class Flattener:
         if np is not None and isinstance(v, np.ndarray):
             if v.dtype.hasobject:
                 raise UnsupportedObjectError(
-                    f"state_dict entry '{self._where(path)}': numpy arrays of objects cannot be saved")
+                    f"state_dict entry '{self._where()}': numpy arrays of objects cannot be saved")
             t = torch.from_numpy(v if v.flags.c_contiguous and all(s >= 0 for s in v.strides)
                                  else np.ascontiguousarray(v))
-            return {"N": self._tensor(t, path, numpy=True)}
+            return {"N": self._tensor(t, numpy=True)}
         what = getattr(type(v), "__qualname__", type(v).__name__)
         raise UnsupportedObjectError(
-            f"state_dict entry '{self._where(path)}': objects of type {what} cannot be saved "
+            f"state_dict entry '{self._where()}': objects of type {what} cannot be saved "
             "(supported: tensors, numpy arrays, dict, list, tuple, str, int, float, bool, None, "
             "bytes, torch.dtype/Size/device)")
 
@@ -381,6 +447,8 @@ class Layout:
 
     def difference(self, other):
         """A sentence naming the first difference from `other` (the store's), or None."""
+        if self.rows == other.rows:
+            return None  # every save of the same state: one comparison in C
         mine = {r[0]: r for r in self.rows}
         theirs = {r[0]: r for r in other.rows}
         for r in self.rows:

@@ -216,7 +216,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         prep = self._prepare(state_dict, step)
         h = self._start(prep, step)
         if not h.skipped:
-            self._put_meta(h, prep.doc)
+            self._put_meta(h, prep.doc, blob=prep.blob)
         return h
 
     def save(self, state_dict, step):

@@ -251,6 +251,33 @@ def test_wait_layer_names():
             return "not done after wait"
 
 
+def test_pack_host():
+    """The GPU path moves a CUDA state's host tensors with one copy: packed here
+    (on the CPU: the packing is the same, without pinned memory)."""
+    from pmckpt._pipeline import _PACK_ALIGN, _pack, _pack_host
+    srcs = [torch.tensor(3.0), torch.arange(5, dtype=torch.int64), torch.empty(0),
+            torch.tensor([True, False, True]), torch.arange(7, dtype=torch.bfloat16),
+            torch.rand(1000), torch.ones(2, dtype=torch.complex64), torch.tensor(9)]
+    where = [0, 1, 2, 3, 4, 6, 7]
+    host, placed = _pack(srcs, where, pin=False)
+    if [p[0] for p in placed] != where:
+        return f"placed {placed}"
+    for i, off, n in placed:
+        want = srcs[i].reshape(-1).view(torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
+        if off % _PACK_ALIGN or n != want.numel() or not torch.equal(host[off:off + n], want):
+            return f"tensor {i} at {off} ({n} bytes): not its bytes"
+    if placed[-1][1] + placed[-1][2] > host.numel():
+        return "the buffer is too small"
+    before = srcs[1].clone()
+    srcs[1].add_(1)  # the packed bytes were taken at the call
+    i, off, n = placed[1]
+    if not torch.equal(host[off:off + n], before.view(torch.uint8)):
+        return "the packed bytes follow the source"
+    out, keep = _pack_host(srcs, torch.device("cpu"))
+    if out is not srcs or keep != ():
+        return "host sources for a host pipeline were packed"
+
+
 def test_hook_waits_only_own_layers():
     torch.manual_seed(4)
     m = mlp(bn=True)
@@ -756,6 +783,8 @@ T.run("save_async + hook_optimizer: every checkpoint equals the state at its sav
 T.run("writer_policy='idle': writer threads SCHED_IDLE, checkpoints equal the saved state",
       test_writer_policy_idle)
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
+T.run("a CUDA state's host tensors are packed into one buffer, each at its aligned offset",
+      test_pack_host)
 T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
       test_hook_waits_only_own_layers)
 T.run("on_busy='skip' skips a checkpoint while one is in flight, keeping the last",
