@@ -27,6 +27,9 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmco_every{1,10}  the same with shared_dir on --disk (copy-out of each commit)
   pmco10_every1   every step, copy-out of every 10th (Store(copyout_every=10))
   pm1t_every1     every step with one writer thread (Store(threads=1))
+  pmsnap_every{1,10}  CUDA: the state snapshotted on the device, written from
+                  there (Store(gpu_source="snapshot")): the optimizer waits for
+                  the device copy only
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
@@ -365,6 +368,8 @@ def make_ckpt(cfg, a, job, name, group=None):
                       copyout_every=10, **kw)
     if kind == "pmidle":  # writers (and copier) SCHED_IDLE: Store(writer_policy="idle")
         return PmCkpt(a, job, every, name, group=group, writer_policy="idle", **kw)
+    if kind == "pmsnap":  # GPU: a device snapshot first, then D2H (Store(gpu_source="snapshot"))
+        return PmCkpt(a, job, every, name, group=group, gpu_source="snapshot", **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
@@ -556,6 +561,8 @@ def main():
     ratio("train_tput_every_step_copyout_every10_vs_none", "pmco10_every1", "none", R)
     ratio("train_tput_every_step_1writer_vs_none", "pm1t_every1", "none", R)
     ratio("train_tput_every_step_writers_idle_vs_none", "pmidle_every1", "none", R)
+    ratio("train_tput_snapshot_every_step_vs_none", "pmsnap_every1", "none", R)
+    ratio("train_tput_snapshot_every10_vs_none", "pmsnap_every10", "none", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
