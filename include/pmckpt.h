@@ -556,6 +556,13 @@ struct pmck_local_opts {
 #define PMCK_LOCAL_EXISTING (1u << 1) /* open the existing store for writing; create nothing */
 /* ramdisk_dir is shared on purpose (by a group): its owner and mode are not checked */
 #define PMCK_LOCAL_SHARED_DIR (1u << 2)
+/*
+ * The region is not prefaulted: its first writes pay the page faults.  For a
+ * store written later and off the critical path (the partner copies a rank
+ * holds, written by the partner thread), so that an open during a restart
+ * does not populate memory nobody waits for.
+ */
+#define PMCK_LOCAL_NO_PREFAULT (1u << 3)
 
 /* A region, its pool and one store, opened together. */
 struct pmck_local {
@@ -607,7 +614,8 @@ struct pmck_local {
  * region, and is left as it is); descs may be NULL, for the store's own
  * layout (else it must be this layout: PMCK_E_LAYOUT).  The region is not
  * prefaulted (pma_region_prefault before writing, if page faults matter).
- * Other flags: -EINVAL.
+ * With PMCK_LOCAL_NO_PREFAULT a created or opened region is not prefaulted
+ * either.  Other flags: -EINVAL.
  * Errors: PMA_E_UNSAFE (see above); those of pma_region_open (PMA_E_BUSY), pma_pool_open_or_create
  * (PMA_E_NOT_POOL for other data, PMA_E_CORRUPT, PMA_E_TRUNCATED) and
  * pmck_store_open_or_create (PMCK_E_LAYOUT for another layout); -ENOENT

@@ -604,20 +604,26 @@ pmck_global_recover(struct pmck_global *g, const char *dir, struct pmck_global_r
 		if (!ret && pret)
 			ret = pret;
 	}
+	/*
+	 * The slot to load was verified by this recovery: a local one by
+	 * can_produce, a received or copied one when it was sealed (against
+	 * the checksums of the holder or of the own copy): adopted, not
+	 * hashed again.
+	 */
 	if (!ret && source == FROM_PARTNER) {
-		ret = pmck__store_recover_step(g->store, step, &rec);
+		ret = pmck__store_adopt_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_PARTNER;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the partner copy on "
 				"rank %u (%.180s)", step, pmck__partner_target_of(partner, g->c.rank),
 				local_why[0] ? local_why : "no local slot holds it");
 	} else if (!ret && source == FROM_LOCAL) {
-		ret = pmck__store_recover_step(g->store, step, &rec);
+		ret = pmck__store_adopt_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from the local slot", step);
 	} else if (!ret && source == FROM_SELF) {
 		/* The slots moved on past the last partner step (a node was lost): its own copy. */
 		if (!(ret = pmck__partner_self_restore(partner, step)))
-			ret = pmck__store_recover_step(g->store, step, &rec);
+			ret = pmck__store_adopt_step(g->store, step, &rec);
 		out->tier = PMCK_TIER_LOCAL;
 		snprintf(out->reason, sizeof(out->reason), "step %" PRIu64 " from this rank's own copy "
 				"of its partner step (%.180s)", step, local_why[0] ? local_why :

@@ -329,6 +329,15 @@ struct pmck_rejection *pmck__reject(struct pmck_store *s, unsigned rank, enum pm
 		uint64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info);
 int pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
+/*
+ * recover.c: the slot sealed with `step` becomes the readable one without
+ * being hashed again (PMCK_E_NO_CHECKPOINT if no slot holds it).  Only for a
+ * slot this same recovery has verified: by pmck__store_recover_step, or by
+ * sealing it with pmck__ckpt_commit_expect, whose checksums were computed
+ * from the bytes as they were stored into the slot and matched the ones
+ * expected.  Hashing it again would find what was just found.
+ */
+int pmck__store_adopt_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
 
 /*
  * quarantine.c: a damaged complete step (see "Quarantine" in pmckpt.h).

@@ -151,7 +151,8 @@ in_dev(const char *path)
 static int
 open_pm(const struct pmck_local_opts *o, uint64_t layout_size, struct pmck_local *l, int *made)
 {
-	int ret = pma_region_open(o->pm_path, 0, 0, &l->region);
+	const unsigned rflags = o->flags & PMCK_LOCAL_NO_PREFAULT ? PMA_REGION_NO_PREFAULT : 0;
+	int ret = pma_region_open(o->pm_path, 0, rflags, &l->region);
 
 	if (ret != -ENOENT)
 		return ret;
@@ -159,7 +160,7 @@ open_pm(const struct pmck_local_opts *o, uint64_t layout_size, struct pmck_local
 		return pma__err(-ENOENT, "%s does not exist: no such device (pmctl provision "
 				"creates devdax namespaces, pmctl list shows them)", o->pm_path);
 	uint64_t size = o->pm_size ? o->pm_size : layout_size;
-	if ((ret = pma_region_open(o->pm_path, (size_t)size, PMA_REGION_CREATE, &l->region)))
+	if ((ret = pma_region_open(o->pm_path, (size_t)size, PMA_REGION_CREATE | rflags, &l->region)))
 		return ret;
 	*made = 1;
 	return 0;
@@ -175,7 +176,8 @@ open_ramdisk(const struct pmck_local_opts *o, const char *name, uint64_t size,
 		struct pmck_local *l, int *made, char *dir, size_t dir_size, char *dir_made,
 		size_t dir_made_size)
 {
-	const unsigned rflags = PMA_REGION_CREATE | PMA_REGION_NOFOLLOW;
+	const unsigned rflags = PMA_REGION_CREATE | PMA_REGION_NOFOLLOW |
+				(o->flags & PMCK_LOCAL_NO_PREFAULT ? PMA_REGION_NO_PREFAULT : 0);
 	int ret;
 
 	if ((ret = ramdisk_dir(o, name, 1, l, dir, dir_size, dir_made, dir_made_size)))
@@ -237,7 +239,8 @@ pmck_local_open(const struct pmck_local_opts *o, struct pmck_local *l)
 
 	if (!o || !l)
 		return pma__err(-EINVAL, "pmck_local_open: opts and out are required");
-	if (o->flags & ~(PMCK_LOCAL_RDONLY | PMCK_LOCAL_EXISTING | PMCK_LOCAL_SHARED_DIR))
+	if (o->flags & ~(PMCK_LOCAL_RDONLY | PMCK_LOCAL_EXISTING | PMCK_LOCAL_SHARED_DIR |
+			 PMCK_LOCAL_NO_PREFAULT))
 		return pma__err(-EINVAL, "pmck_local_open: unknown flags %#x", o->flags);
 	if (!o->descs && !(o->flags & PMCK_LOCAL_EXISTING))
 		return pma__err(-EINVAL, "pmck_local_open: a layout is required unless "

@@ -80,6 +80,7 @@ struct pmck_partner {
 	struct job queue[QUEUE];
 	unsigned head, len;
 	int busy, stop;
+	int prefaulted;             /* held and own copies populated (partner thread only) */
 	int fail;                   /* first failure not yet reported */
 	_Atomic int broken;         /* a sendrecv failed: the pairs are out of step, no more rounds */
 	unsigned *targets;          /* every rank's target (for messages) */
@@ -175,8 +176,14 @@ open_copy_store(const struct pmck_partner_opts *o, const char *name,
 		const struct pmck_tensor_desc *d, size_t n, struct held *h)
 {
 	char path[PATH_MAX];
+	/*
+	 * Not prefaulted: the partner thread writes these in the background, and
+	 * populating them at open would lengthen a restart (pmck_partner_new
+	 * runs before recovery) by the time it takes to zero their pages.
+	 */
 	struct pmck_local_opts lo = {.ramdisk_dir = o->ramdisk_dir, .store_name = name,
-			.descs = d, .ndescs = n, .flags = o->flags & PMCK_LOCAL_SHARED_DIR};
+			.descs = d, .ndescs = n,
+			.flags = (o->flags & PMCK_LOCAL_SHARED_DIR) | PMCK_LOCAL_NO_PREFAULT};
 	if (o->pm_dir) {
 		if (snprintf(path, sizeof(path), "%s/pmckpt-%s.pool", o->pm_dir, name) >=
 		    (int)sizeof(path))
@@ -670,6 +677,20 @@ partner_thread(void *arg)
 		p->busy = 1;
 		pthread_mutex_unlock(&p->lock);
 
+		/*
+		 * The held and own copies were opened without prefaulting (a restart
+		 * does not wait for them): their page tables are populated here,
+		 * before the first round, in the background, and not counted as the
+		 * round's time.
+		 */
+		if (!p->prefaulted) {
+			for (unsigned k = 0; k < p->nheld; k++)
+				if (p->held[k].open)
+					pma_region_prefault(p->held[k].l.region);
+			if (p->self.open)
+				pma_region_prefault(p->self.l.region);
+			p->prefaulted = 1;
+		}
 		int confirmed = 0, kept = 0, self_kept = 0, ret;
 		uint64_t sent = 0, received = 0, t0 = pmck__now_ns();
 		/* After a transport failure the pairs are out of step: no more rounds. */

@@ -218,6 +218,24 @@ pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recove
 }
 
 int
+pmck__store_adopt_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
+{
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	for (unsigned k = 0; k < 2; k++) {
+		if (pmck__sealed_step(s, k) != (int64_t)step)
+			continue;
+		s->readable_slot = (int)k;
+		s->verified = 1;
+		if (info)
+			*info = (struct pmck_recovery){.step = step, .slot = k};
+		return 0;
+	}
+	return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s' holds no step %llu", s->name,
+			(unsigned long long)step);
+}
+
+int
 pmck_store_discard_after(struct pmck_store *s, uint64_t step)
 {
 	if (s->in_flight)

@@ -8,10 +8,12 @@
  *    commit) with COMPUTE_MS of compute between them, each copied out,
  *    without and then with partner copies; the rounds run during compute.
  *    Rank 0's median.
- * 2. A lost node: node 1's ranks delete their stores; every rank recovers,
- *    once from the partners (no shared directory) and once from the copy-out
- *    under SHARED (no partner tier), as a restarted job would.  Times
- *    from the open to a loaded store, the slowest rank.
+ * 2. A lost node: node 1's ranks delete their ramdisk directory; every
+ *    rank recovers, once from the partners (no shared directory) and twice
+ *    from the copy-out under SHARED (no partner tier), as a restarted job
+ *    would: first with SHARED's files dropped from the page cache, as a
+ *    replacement node finds them, then warm.  Times from the open to a
+ *    loaded store, the slowest rank.
  *    The same with a copy every 4th step only (`every`): "stall4"; and
  *    without and with partner copies while the host waits through compute
  *    (usleep), as it does on a GPU's training step: "stall_idle".
@@ -20,9 +22,11 @@
  *    the bytes the rounds sent per second of round, against plain
  *    MPI_Sendrecv of the same bytes in the same pieces.
  * Rank 0 prints "stall NONE PARTNER", "stall4 PARTNER_EVERY4",
- * "recovery PARTNER SHARED" (seconds), "bytes SENT_PER_S", "transport
+ * "recovery PARTNER SHARED_COLD SHARED_WARM" (seconds), "bytes SENT_PER_S", "transport
  * BYTES_PER_S", each line for the script to turn into bench: lines.
  */
+#include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,18 +130,37 @@ train(struct job *j, uint8_t *src, uint64_t first, unsigned n, unsigned compute_
 	return med;
 }
 
-/* Slowest rank's seconds from open to a recovered store, node 1 having lost its files. */
+/* Drops a file's pages from the page cache (the copy-out fsynced it: they are clean). */
+static int
+evict(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	int fd = type == FTW_F ? open(path, O_RDONLY) : -1;
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	return 0;
+}
+
+/*
+ * Slowest rank's seconds from open to a recovered store, node 1 having lost
+ * its ramdisk directory (its stores and the copies it held).  cold: node 1
+ * is a replacement, whose page cache holds none of the shared files.
+ */
 static double
-recover_lost_node(unsigned partner, uint64_t node, const char *dir, enum pmck_tier *tier)
+recover_lost_node(unsigned partner, uint64_t node, const char *dir, int cold, enum pmck_tier *tier)
 {
 	struct job j;
 	struct pmck_global_recovery rec;
 	char cmd[800];
 	MPI_Barrier(world);
 	if (node == 1) {
-		snprintf(cmd, sizeof(cmd), "rm -f %s/pmckpt-%s.pool", ramdisk, name);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", ramdisk);
 		if (system(cmd))
 			die("rm");
+		if (cold && dir && coll.rank == 2)
+			nftw(dir, evict, 16, FTW_PHYS);
 	}
 	MPI_Barrier(world);
 	double t0 = now();
@@ -224,23 +247,27 @@ main(int argc, char **argv)
 	close_job(&j);
 	snprintf(name, sizeof(name), "rank%u-p", coll.rank);
 
-	/* 2. Node 1 lost: from the partners, then (lost again) from the shared directory. */
-	enum pmck_tier t1, t2;
-	double from_partner = recover_lost_node(1, node, NULL, &t1);
-	double from_shared = recover_lost_node(0, node, shared, &t2);
+	/*
+	 * 2. Node 1 lost: from the partners, then (lost again) from the shared
+	 * directory, its files read cold (a replacement node), then warm.
+	 */
+	enum pmck_tier t1, t2, t3;
+	double from_partner = recover_lost_node(1, node, NULL, 0, &t1);
+	double from_shared = recover_lost_node(0, node, shared, 1, &t2);
+	double from_shared_warm = recover_lost_node(0, node, shared, 0, &t3);
 	double tput = transport(src, other, bytes, st.target, st.source);
 	double partner_tput = st.busy_ns ? st.bytes_sent / (st.busy_ns / 1e9) : 0;
 	if (coll.rank == 0) {
 		printf("stall %.9f %.9f\n", none, with);
 		printf("stall4 %.9f\n", with4);
 		printf("stall_idle %.9f %.9f\n", stall[2], stall[3]);
-		printf("recovery %.6f %.6f\n", from_partner, from_shared);
+		printf("recovery %.6f %.6f %.6f\n", from_partner, from_shared, from_shared_warm);
 		printf("bytes %.0f\n", partner_tput);
 		printf("transport %.0f\n", tput);
 	}
-	if (node == 1 && (t1 != PMCK_TIER_PARTNER || t2 != PMCK_TIER_SHARED))
-		fprintf(stderr, "rank %u: recovered from tiers %d and %d, not partner and shared\n",
-				coll.rank, t1, t2);
+	if (node == 1 && (t1 != PMCK_TIER_PARTNER || t2 != PMCK_TIER_SHARED || t3 != PMCK_TIER_SHARED))
+		fprintf(stderr, "rank %u: recovered from tiers %d, %d and %d, not partner and shared\n",
+				coll.rank, t1, t2, t3);
 	MPI_Finalize();
 	return 0;
 }

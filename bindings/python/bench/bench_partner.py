@@ -74,6 +74,7 @@ def worker(args, mode, rank, rdzv):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    import pmckpt  # noqa: F401 -- at start-up, with torch, as a training script imports it
 
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
