@@ -19,9 +19,11 @@ class _MultiRank:
     def _join_group(self, group, rank, world_size, name):
         """Store(group=...): takes rank and world size from the group (True: a new gloo
         group over all ranks) and names this rank's own store NAME-rankR."""
-        from .distributed import TorchCollectives, new_group, partner_group
+        from .distributed import TorchCollectives, new_group, partner_group, nccl_device
+        p2p_device = nccl_device() if self.partner and self.partner_transport == "nccl" else None
         group = new_group() if group is True else group
-        self._coll = TorchCollectives(group, partner_group(group) if self.partner else None)
+        p2p_group = partner_group(group, backend=self.partner_transport) if self.partner else None
+        self._coll = TorchCollectives(group, p2p_group, p2p_device)
         if (rank, world_size) not in ((0, 1), (self._coll.rank, self._coll.size)):
             raise ValueError(f"rank={rank}, world_size={world_size} contradict the group "
                              f"(rank {self._coll.rank} of {self._coll.size})")

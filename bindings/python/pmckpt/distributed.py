@@ -19,7 +19,10 @@ waiting in the agreement until it expires.
 Partner copies (Store(..., partner=True)) add send/recv of host memory
 (the committed checkpoint, in pieces of 4 MiB) and an allgather: the
 partner thread sends while the writer thread and training run collectives,
-so send/recv travel over a gloo group of their own (partner_group()).
+so send/recv travel over a group of their own (partner_group()): gloo,
+which sends the host memory in place, or NCCL (partner_transport="nccl"),
+which needs device memory: each piece is then staged through a buffer on
+the rank's CUDA device, copied on a stream of the partner thread's own.
 """
 import ctypes
 import datetime
@@ -43,11 +46,22 @@ def new_group(timeout=datetime.timedelta(minutes=5)):
     return dist.new_group(backend="gloo", timeout=timeout)
 
 
-def partner_group(group, timeout=datetime.timedelta(minutes=5)):
-    """A gloo group with the members of `group`, for the send/recv of partner
-    copies.  Collective over the default group, as dist.new_group is."""
-    return dist.new_group(ranks=dist.get_process_group_ranks(group), backend="gloo",
+def partner_group(group, backend="gloo", timeout=datetime.timedelta(minutes=5)):
+    """A group with the members of `group` (gloo, or nccl), for the send/recv of
+    partner copies.  Collective over the default group, as dist.new_group is."""
+    return dist.new_group(ranks=dist.get_process_group_ranks(group), backend=backend,
                           timeout=timeout)
+
+
+def nccl_device():
+    """The CUDA device NCCL partner copies stage through: this process's current
+    one.  Raises ValueError, saying why, where NCCL cannot carry them."""
+    if not dist.is_nccl_available():
+        raise ValueError("partner_transport='nccl': this torch has no NCCL backend")
+    if not torch.cuda.is_available():
+        raise ValueError("partner_transport='nccl': torch sees no CUDA device (NCCL moves "
+                         "device memory); use partner_transport='gloo'")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def launcher_node():
@@ -75,11 +89,14 @@ class TorchCollectives:
     Keeps the ctypes callbacks alive (the library holds pointers to them);
     `struct` is what pmck_global_new (and pmck_partner_new) take.  With
     p2p_group (a gloo group of the same ranks, used for nothing else),
-    sendrecv is filled in for partner copies; without it, it stays NULL.  A
-    failing collective returns -EIO to the library and leaves its exception
-    text in `error`."""
+    sendrecv is filled in for partner copies; without it, it stays NULL.
+    p2p_device: None, send/recv of the host memory in place (gloo); else
+    the device every piece is staged through (NCCL: the rank's CUDA device),
+    in two buffers grown to the largest piece, copied on a stream of their
+    own.  A failing collective returns -EIO to the library and leaves its
+    exception text in `error`."""
 
-    def __init__(self, group, p2p_group=None):
+    def __init__(self, group, p2p_group=None, p2p_device=None):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialized: call "
                                "init_process_group before creating a Store with a group")
@@ -92,6 +109,9 @@ class TorchCollectives:
         else:
             self.device = torch.device("cpu")
         self.error = None
+        self.p2p_device = p2p_device
+        self._stage = [None, None]  # staging buffers on p2p_device: send, receive
+        self._stage_stream = None
         self._lock = threading.Lock()
         self._requests = {}
         self._next_request = 1
@@ -195,6 +215,9 @@ class TorchCollectives:
     def _sendrecv(self, _ctx, dst, sbuf, slen, src, rbuf, rlen):
         # Both halves in flight at once (the peers send to each other in rounds).
         try:
+            if self.p2p_device is not None:
+                self._sendrecv_staged(dst, sbuf, slen, src, rbuf, rlen)
+                return 0
             works = []
             if slen:
                 works.append(dist.isend(_bytes_at(sbuf, slen), self._global_rank[dst],
@@ -208,6 +231,49 @@ class TorchCollectives:
         except Exception as e:  # noqa: BLE001
             return self._failed(f"send/recv (to rank {dst}, from rank {src})", e)
 
+    def _staging(self, k, n):
+        """Staging buffer k (0 send, 1 receive) of at least n bytes on p2p_device."""
+        buf = self._stage[k]
+        if buf is None or buf.numel() < n:
+            buf = self._stage[k] = torch.empty(max(n, 1), dtype=torch.uint8,
+                                               device=self.p2p_device)
+        return buf[:n]
+
+    def _sendrecv_staged(self, dst, sbuf, slen, src, rbuf, rlen):
+        """send/recv through buffers on p2p_device (called on the partner thread).
+        On a CUDA device the copies run on a stream of this thread's own, never on
+        the default stream that training computes on; NCCL orders its send after
+        the copy in and the copy out after its receive (ProcessGroupNCCL waits on
+        the current stream, and Work.wait makes the current stream wait on it),
+        and the receive's bytes are in rbuf before this returns (synchronised)."""
+        dev = self.p2p_device
+        cuda = dev.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(dev)  # the partner thread's device is its own setting
+            if self._stage_stream is None:
+                self._stage_stream = torch.cuda.Stream(dev)
+            ctx = torch.cuda.stream(self._stage_stream)
+        else:
+            import contextlib
+            ctx = contextlib.nullcontext()
+        with ctx:
+            out = self._staging(0, slen)
+            inb = self._staging(1, rlen)
+            if slen:
+                out.copy_(_bytes_at(sbuf, slen))
+            # One batch: NCCL pairs a ring of sends and receives without deadlock.
+            ops = []
+            if slen:
+                ops.append(dist.P2POp(dist.isend, out, self._global_rank[dst], self.p2p_group))
+            if rlen:
+                ops.append(dist.P2POp(dist.irecv, inb, self._global_rank[src], self.p2p_group))
+            for w in dist.batch_isend_irecv(ops) if ops else ():
+                w.wait()
+            if rlen:
+                _bytes_at(rbuf, rlen).copy_(inb)
+            if cuda:
+                self._stage_stream.synchronize()
+
 
 def message(coll, rc_message):
     """The library's message, with the collective's own failure if there was one."""
@@ -216,4 +282,4 @@ def message(coll, rc_message):
     return rc_message
 
 
-__all__ = ["new_group", "partner_group", "launcher_node", "TorchCollectives"]
+__all__ = ["new_group", "partner_group", "nccl_device", "launcher_node", "TorchCollectives"]

@@ -190,6 +190,34 @@ def test_dcp(staging):
     return same(want, back)
 
 
+def test_partner_nccl():
+    """Partner copies over NCCL (partner_transport="nccl"): 2 ranks, each on its own
+    device and "node"; 3 steps saved; node 1 lost: both back on step 3, rank 1 from
+    its partner, bit-exact (gpu_partner_worker.py)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    d = os.path.join(D, "partner-nccl")
+    os.makedirs(d, exist_ok=True)
+
+    def launch(mode, n):
+        rdzv = os.path.join(d, f"rdzv.{n}")
+        procs = [subprocess.Popen([sys.executable, os.path.join(here, "gpu_partner_worker.py"),
+                                   mode, d, str(r), rdzv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        return "".join(p.communicate(timeout=300)[0] for p in procs)
+
+    text = launch("save", 1)
+    if any(f"rank {r} saved 3" not in text for r in range(2)):
+        return f"saving failed:\n{text}"
+    shutil.rmtree(os.path.join(d, "node1"))
+    text = launch("recover", 2)
+    if "rank 0 step 3 tier local ok" not in text or "rank 1 step 3 tier partner ok" not in text:
+        return f"recovery of node 1 from its partner failed:\n{text}"
+
+
 for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
@@ -205,4 +233,10 @@ T.run("every step with hook_optimizer (stream-ordered waits): the newest checkpo
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)
+NCCL_PARTNER = "partner copies over NCCL, node 1 lost: both ranks back on step 3, bit-exact"
+if torch.cuda.device_count() < 2:
+    T.skip(NCCL_PARTNER, f"needs 2 CUDA devices ({torch.cuda.device_count()} here): NCCL "
+           "does not put two ranks on one")
+else:
+    T.run(NCCL_PARTNER, test_partner_nccl)
 T.done()

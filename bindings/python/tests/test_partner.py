@@ -55,6 +55,27 @@ def worker(mode, d, rank, rdzv):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
                             world_size=RANKS, timeout=datetime.timedelta(seconds=60))
+    if mode == "nccl-refused":  # partner_transport="nccl" where torch sees no CUDA device
+        try:
+            pmckpt.Store(ramdisk=os.path.join(d, f"node{node_of(rank)}"), name="nccl",
+                         group=True, partner=True, node=node_of(rank),
+                         partner_transport="nccl")
+            print(f"rank {rank} accepted", flush=True)
+        except ValueError as e:
+            print(f"rank {rank} refused: {e}", flush=True)
+        dist.destroy_process_group()
+        return
+    staged = mode.startswith("staged-")
+    if staged:
+        # NCCL's path (each piece staged through a device buffer) on the CPU over gloo:
+        # the partner group's send/recv go through TorchCollectives' staging buffers.
+        from pmckpt import distributed as pd
+        init = pd.TorchCollectives.__init__
+
+        def staged_init(self, group, p2p_group=None, p2p_device=None):
+            init(self, group, p2p_group, torch.device("cpu") if p2p_group is not None else None)
+        pd.TorchCollectives.__init__ = staged_init
+        mode = mode[len("staged-"):]
     every = 3 if mode.startswith("every-") else 1
     store = pmckpt.Store(ramdisk=os.path.join(d, f"node{node_of(rank)}"), keep=2, name="pt",
                          group=True, partner=True, node=node_of(rank), threads=1,
@@ -66,7 +87,8 @@ def worker(mode, d, rank, rdzv):
             store.save(state_of(rank, step), step)
         st = store.stats()["partner"]
         print(f"rank {rank} sent {st['sent']} confirmed {st['confirmed_step']} own "
-              f"{st['self_step']}", file=out, flush=True)
+              f"{st['self_step']}" + (f" staged {store._coll._stage[0] is not None}"
+                                       if staged else ""), file=out, flush=True)
         store.close()
     elif mode == "run":
         try:
@@ -92,7 +114,9 @@ def worker(mode, d, rank, rdzv):
         tier = store.last_recovery["tier"]
         tier = "own" if "own copy" in store.last_recovery["reason"] else tier
         print(f"rank {rank} step {step} tier {tier} "
-              f"{'ok' if why is None else 'BAD ' + why}", file=out, flush=True)
+              f"{'ok' if why is None else 'BAD ' + why}" +
+              (f" staged {store._coll._stage[1] is not None}" if staged else ""),
+              file=out, flush=True)
         store.close()
     dist.destroy_process_group()
 
@@ -169,6 +193,26 @@ def main():
     T.ok(all(w in text for w in want), "partner_every=3, node 0 lost: every rank on step 7, "
          "the last copied step, bit-exact: node 0's ranks from their partners, node 1's from "
          "their own copies (their slots hold 8 and 9)", text)
+
+    # NCCL's staged path, run over gloo with host staging buffers: steps 1..9, node 1 lost.
+    lose_node(0)
+    lose_node(1)
+    text = output(launch("staged-save9"))
+    # (the round of step 9 may still run when the stats are read: 8 or 9)
+    T.ok(all(f"rank {r} sent 9 confirmed 9 own -1 staged True" in text or
+             f"rank {r} sent 8 confirmed 8 own -1 staged True" in text for r in range(RANKS)),
+         "staged send/recv (partner_transport='nccl''s path, over gloo on the CPU): steps 1..9 "
+         "saved, each copied through the staging buffers", text)
+    lose_node(1)
+    text = output(launch("staged-recover"))
+    want = [f"rank {r} step 9 tier {'partner' if node_of(r) == 1 else 'local'} ok staged True"
+            for r in range(RANKS)]
+    T.ok(all(w in text for w in want), "staged send/recv, node 1 lost: every rank on step 9, "
+         "bit-exact, node 1's ranks from their partners through the staging buffers", text)
+    text = output(launch("nccl-refused"))
+    T.ok(all(f"rank {r} refused: partner_transport='nccl'" in text for r in range(RANKS)),
+         "partner_transport='nccl' without a CUDA device: refused on every rank, saying why",
+         text)
     return T.done()
 
 
