@@ -12,14 +12,16 @@ processes), each node a ramdisk directory of its own under --dir.
       sent over the partner thread's busy time) over gloo's alone.
   restart: node 1 is lost (its directory deleted) after a job saved step S
       with partner copies and also with dcp.save into --shared (the job's
-      shared file system: a directory on disk here, its page cache warm).
-      Then two restarts of all 4 ranks, each timed from the launch of the
+      shared file system: a directory on disk here).
+      Then restarts of all 4 ranks, each timed from the launch of the
       processes to the end of the first trained step on every rank:
       pmckpt (Store.load: node 0's ranks from their stores, node 1's from
       their partners, no shared directory) and DCP (dcp.load of step S from
-      --shared).  Process start, torch import and process-group setup are
-      in both.
-      ratio restart_to_first_step_vs_dcp: pmckpt over DCP.
+      --shared; node 1's files dropped from the page cache first, as a
+      replacement node finds them, node 0's warm; then again all warm).
+      Process start, torch import and process-group setup are in both.
+      ratio restart_to_first_step_vs_dcp: pmckpt over DCP (node 1 cold);
+      restart_load_vs_dcp_load(_warm): the loading phase alone.
 
 One run, 4 processes on the machine's CPUs (2 here): expect noise."""
 import argparse
@@ -146,6 +148,18 @@ def phases(lines, t0):
             max(f - d for d, f in zip(loaded, first)))
 
 
+def evict(ckpt_dir, ranks):
+    """Drops the files DCP's FileSystemWriter wrote for `ranks` (__R_*.distcp) from the
+    page cache: written and fsynced, their pages are clean."""
+    for f in os.listdir(ckpt_dir):
+        if any(f.startswith(f"__{r}_") for r in ranks):
+            fd = os.open(os.path.join(ckpt_dir, f), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def launch(args, mode, n):
     rdzv = os.path.join(args.dir, f"rdzv.{n}")
     t0 = time.time()
@@ -206,16 +220,25 @@ def main():
                      f"partners: {lines}")
         ours = max(float(l[3]) for l in lines) - t0
         ours_parts = phases(lines, t0)
+        # DCP from --shared: node 1's files cold (a replacement node's page cache holds
+        # none of them; node 0's stay warm), then all warm.
+        evict(os.path.join(args.shared, f"step-{args.steps}"), ranks=(2, 3))
         t0, lines = launch(args, "restart-dcp", 4)
         theirs = max(float(l[3]) for l in lines) - t0
         theirs_parts = phases(lines, t0)
+        t0, lines = launch(args, "restart-dcp", 5)
+        warm = max(float(l[3]) for l in lines) - t0
+        warm_parts = phases(lines, t0)
         print(f"bench: restart_to_first_step_pmckpt_partner {ours:.3f} s")
         print(f"bench: restart_to_first_step_dcp_shared {theirs:.3f} s")
-        for name, a, b in zip(("start", "load", "step"), ours_parts, theirs_parts):
+        print(f"bench: restart_to_first_step_dcp_shared_warm {warm:.3f} s")
+        for name, a, b, c in zip(("start", "load", "step"), ours_parts, theirs_parts, warm_parts):
             print(f"bench: restart_{name}_pmckpt_partner {a:.3f} s")
             print(f"bench: restart_{name}_dcp_shared {b:.3f} s")
+            print(f"bench: restart_{name}_dcp_shared_warm {c:.3f} s")
         print(f"ratio: restart_to_first_step_vs_dcp {ours / theirs:.4f}")
         print(f"ratio: restart_load_vs_dcp_load {ours_parts[1] / theirs_parts[1]:.4f}")
+        print(f"ratio: restart_load_vs_dcp_load_warm {ours_parts[1] / warm_parts[1]:.4f}")
     finally:
         for m in made:
             shutil.rmtree(m, ignore_errors=True)
