@@ -500,14 +500,3 @@ def _policy(tid):
         return os.sched_getscheduler(tid)
     except OSError:
         return None
-
-
-def _leaves(v):
-    if isinstance(v, dict):
-        for x in v.values():
-            yield from _leaves(x)
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            yield from _leaves(x)
-    else:
-        yield v

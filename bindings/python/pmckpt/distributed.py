@@ -24,6 +24,7 @@ which sends the host memory in place, or NCCL (partner_transport="nccl"),
 which needs device memory: each piece is then staged through a buffer on
 the rank's CUDA device, copied on a stream of the partner thread's own.
 """
+import contextlib
 import ctypes
 import datetime
 import errno
@@ -88,7 +89,7 @@ class TorchCollectives:
 
     Keeps the ctypes callbacks alive (the library holds pointers to them);
     `struct` is what pmck_global_new (and pmck_partner_new) take.  With
-    p2p_group (a gloo group of the same ranks, used for nothing else),
+    p2p_group (a group of the same ranks, gloo or NCCL, used for nothing else),
     sendrecv is filled in for partner copies; without it, it stays NULL.
     p2p_device: None, send/recv of the host memory in place (gloo); else
     the device every piece is staged through (NCCL: the rank's CUDA device),
@@ -240,23 +241,22 @@ class TorchCollectives:
         return buf[:n]
 
     def _sendrecv_staged(self, dst, sbuf, slen, src, rbuf, rlen):
-        """send/recv through buffers on p2p_device (called on the partner thread).
-        On a CUDA device the copies run on a stream of this thread's own, never on
-        the default stream that training computes on; NCCL orders its send after
-        the copy in and the copy out after its receive (ProcessGroupNCCL waits on
-        the current stream, and Work.wait makes the current stream wait on it),
-        and the receive's bytes are in rbuf before this returns (synchronised)."""
+        """send/recv through buffers on p2p_device: on the partner thread, or on the
+        thread recovering (the library never runs two at once).  On a CUDA device
+        the copies run on a stream of their own, never on the default stream that
+        training computes on, with the device set for the call only (the
+        recovering thread's current device is the caller's); NCCL orders its send
+        after the copy in and the copy out after its receive (ProcessGroupNCCL
+        waits on the current stream, and Work.wait makes the current stream wait
+        on it), and the receive's bytes are in rbuf before this returns."""
         dev = self.p2p_device
         cuda = dev.type == "cuda"
-        if cuda:
-            torch.cuda.set_device(dev)  # the partner thread's device is its own setting
-            if self._stage_stream is None:
-                self._stage_stream = torch.cuda.Stream(dev)
-            ctx = torch.cuda.stream(self._stage_stream)
-        else:
-            import contextlib
-            ctx = contextlib.nullcontext()
-        with ctx:
+        with contextlib.ExitStack() as ctx:
+            if cuda:
+                ctx.enter_context(torch.cuda.device(dev))
+                if self._stage_stream is None:
+                    self._stage_stream = torch.cuda.Stream(dev)
+                ctx.enter_context(torch.cuda.stream(self._stage_stream))
             out = self._staging(0, slen)
             inb = self._staging(1, rlen)
             if slen:
