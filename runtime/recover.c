@@ -191,15 +191,20 @@ pmck_store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recover
 	return pmck__store_recover_step(s, step, info);
 }
 
-int
-pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
+/*
+ * The slot sealed with `step` becomes the readable one: hashed first if
+ * `verify` (pmck__store_recover_step), else adopted as verified by this
+ * same recovery (pmck__store_adopt_step).
+ */
+static int
+load_step(struct pmck_store *s, uint64_t step, int verify, struct pmck_recovery *info)
 {
 	if (s->in_flight)
 		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
 	for (unsigned k = 0; k < 2; k++) {
 		if (pmck__sealed_step(s, k) != (int64_t)step)
 			continue;
-		int64_t bad = verify_slot(s, k);
+		int64_t bad = verify ? verify_slot(s, k) : -1;
 		if (bad >= 0) {
 			pmck__reject(s, s->rej_rank, PMCK_TIER_LOCAL, step,
 					"local slot %u failed its checksum (tensor '%s')", k,
@@ -218,21 +223,15 @@ pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recove
 }
 
 int
+pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
+{
+	return load_step(s, step, 1, info);
+}
+
+int
 pmck__store_adopt_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info)
 {
-	if (s->in_flight)
-		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
-	for (unsigned k = 0; k < 2; k++) {
-		if (pmck__sealed_step(s, k) != (int64_t)step)
-			continue;
-		s->readable_slot = (int)k;
-		s->verified = 1;
-		if (info)
-			*info = (struct pmck_recovery){.step = step, .slot = k};
-		return 0;
-	}
-	return pma__err(PMCK_E_NO_CHECKPOINT, "store '%s' holds no step %llu", s->name,
-			(unsigned long long)step);
+	return load_step(s, step, 0, info);
 }
 
 int

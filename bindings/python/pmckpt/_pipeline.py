@@ -37,24 +37,19 @@ def _put_stream(dev):
     return torch.cuda.current_stream(dev).cuda_stream
 
 
-def _to_device(t, dev):
-    """A host tensor copied to `dev` on the current stream without waiting for it:
-    through pinned memory, since a copy from pageable memory would first wait for
-    everything queued on the stream (the state's own kernels, say)."""
-    return t.pin_memory().to(dev, non_blocking=True)
-
-
 _PACK_ALIGN = 256  # each packed tensor starts where a CUDA allocation would
 
 
 def _pack_host(srcs, dev):
     """srcs with their host tensors (a CUDA state's step counters, say: one per
-    parameter of an AdamW) replaced by views of one buffer on `dev`, filled by
-    a single copy: the host packs them into one (pinned, for a CUDA `dev`)
-    buffer, and one non-blocking copy on the current stream moves it.  One copy
-    for all rather than one per tensor (each with its own pinned allocation),
-    on the training thread of every save_async.  Returns (srcs, buffers to keep
-    until the checkpoint ends)."""
+    parameter of an AdamW; the metadata blob) replaced by views of one buffer on
+    `dev`, filled by a single copy: the host packs them into one (pinned, for a
+    CUDA `dev`) buffer, and one non-blocking copy on the current stream moves it
+    (from pinned memory: a copy from pageable memory would first wait for all
+    the work queued on the stream, the state's own kernels, say).  One copy for
+    all rather than one per tensor (each with its own pinned allocation), on the
+    training thread of every save_async.  Returns (srcs, buffers to keep until
+    the checkpoint ends)."""
     where = [i for i, s in enumerate(srcs) if s.device.type != dev.type]
     if not where:
         return srcs, ()
@@ -263,7 +258,7 @@ class _Pipeline:
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
                "tree": tree, "tensors": {e.name: e.info for e in fl.entries if e.info}}
         prep = _Prepared(fl.entries, doc, extra_capacity=extra_capacity)
-        prep.gpu = gpu_path
+        prep.gpu = fl.cuda_device if gpu_path else None  # the device the GPU path writes from
         return prep
 
     def _gpu_path(self, dev):
@@ -311,8 +306,8 @@ class _Pipeline:
             keep = [prep]
             srcs = [e.src for e in entries]
             device = 0
-            if prep.gpu:
-                device = next(s.device.index or 0 for s in srcs if s.is_cuda)
+            if prep.gpu is not None:
+                device = prep.gpu.index or 0
                 dev = torch.device("cuda", device)
                 srcs, packed = _pack_host(srcs, dev)
                 keep += [srcs, packed]
@@ -340,7 +335,7 @@ class _Pipeline:
             h = SaveHandle(self, step, entries, keep)
             h._meta_index = n - 1
             h._arr = arr
-            h._gpu = (prep.gpu, device)
+            h._gpu = (prep.gpu is not None, device)
             h._capacity = layout.capacity()
             self._inflight = h
             for layer in sorted({e.layer for e in entries}):
@@ -367,9 +362,9 @@ class _Pipeline:
             stream = None
             if h._gpu[0]:
                 dev = torch.device("cuda", h._gpu[1])
-                src = _to_device(torch.frombuffer(buf, dtype=torch.uint8), dev)
+                src = _pack_host([torch.frombuffer(buf, dtype=torch.uint8)], dev)
                 stream = _put_stream(dev)  # the copy above is on it: ordered by its event
-                ptr = src.data_ptr()
+                ptr = src[0][0].data_ptr()
             else:
                 src, ptr = buf, ctypes.addressof(buf)
             h._keep.append((buf, src))

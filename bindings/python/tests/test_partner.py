@@ -180,35 +180,37 @@ def main():
     T.ok(len(named) == RANKS, "rank 2 and its partner's copy lost, no shared directory: every "
          "rank refuses, naming both", text)
 
+    def fresh_job(prefix, lost):
+        """A fresh job of `prefix` modes: steps 1..9 saved, node `lost` lost, every rank
+        restarted: (what the saves printed, what the recovery printed)."""
+        lose_node(0)
+        lose_node(1)
+        saved = output(launch(f"{prefix}-save9"))
+        lose_node(lost)
+        return saved, output(launch(f"{prefix}-recover"))
+
     # partner_every=3, a fresh job: steps 1..9 saved, 1, 4 and 7 copied; node 0 lost.
-    lose_node(0)
-    lose_node(1)
-    text = output(launch("every-save9"))
+    text, recovered = fresh_job("every", 0)
     T.ok(all(f"rank {r} sent 3 confirmed 7 own 7" in text for r in range(RANKS)),
          "partner_every=3: steps 1..9 saved, steps 1, 4, 7 copied and kept as own copies", text)
-    lose_node(0)
-    text = output(launch("every-recover"))
     want = [f"rank {r} step 7 tier {'partner' if node_of(r) == 0 else 'own'} ok"
             for r in range(RANKS)]
-    T.ok(all(w in text for w in want), "partner_every=3, node 0 lost: every rank on step 7, "
-         "the last copied step, bit-exact: node 0's ranks from their partners, node 1's from "
-         "their own copies (their slots hold 8 and 9)", text)
+    T.ok(all(w in recovered for w in want), "partner_every=3, node 0 lost: every rank on step "
+         "7, the last copied step, bit-exact: node 0's ranks from their partners, node 1's from "
+         "their own copies (their slots hold 8 and 9)", recovered)
 
     # NCCL's staged path, run over gloo with host staging buffers: steps 1..9, node 1 lost.
-    lose_node(0)
-    lose_node(1)
-    text = output(launch("staged-save9"))
+    text, recovered = fresh_job("staged", 1)
     # (the round of step 9 may still run when the stats are read: 8 or 9)
     T.ok(all(f"rank {r} sent 9 confirmed 9 own -1 staged True" in text or
              f"rank {r} sent 8 confirmed 8 own -1 staged True" in text for r in range(RANKS)),
          "staged send/recv (partner_transport='nccl''s path, over gloo on the CPU): steps 1..9 "
          "saved, each copied through the staging buffers", text)
-    lose_node(1)
-    text = output(launch("staged-recover"))
     want = [f"rank {r} step 9 tier {'partner' if node_of(r) == 1 else 'local'} ok staged True"
             for r in range(RANKS)]
-    T.ok(all(w in text for w in want), "staged send/recv, node 1 lost: every rank on step 9, "
-         "bit-exact, node 1's ranks from their partners through the staging buffers", text)
+    T.ok(all(w in recovered for w in want), "staged send/recv, node 1 lost: every rank on step "
+         "9, bit-exact, node 1's ranks from their partners through the staging buffers",
+         recovered)
     text = output(launch("nccl-refused"))
     T.ok(all(f"rank {r} refused: partner_transport='nccl'" in text for r in range(RANKS)),
          "partner_transport='nccl' without a CUDA device: refused on every rank, saying why",
