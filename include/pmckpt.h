@@ -1097,6 +1097,18 @@ int pmck_recover_tiers(struct pmck_store *s, const char *shared_dir, unsigned ra
 int64_t pmck_store_slot_step(const struct pmck_store *s, unsigned k);
 
 /*
+ * pmck_store_slot_tensor_data -- read-only address of tensor idx in slot k
+ * (0 or 1), whatever that slot holds: NOT verified, and valid only while no
+ * checkpoint is in flight (a begin may be writing either slot).  For a
+ * reader that overlaps its copies out of the newest sealed slot with
+ * pmck_store_recover's verification, and keeps what it copied only if
+ * recovery then makes that same slot readable (pmck_recovery.slot, with the
+ * step pmck_store_slot_step read before): a load that reaches its
+ * destination at the speed of the copy alone.  NULL for a bad k or idx.
+ */
+const void *pmck_store_slot_tensor_data(const struct pmck_store *s, unsigned k, size_t idx);
+
+/*
  * pmck_store_slot_world -- the world size and rank of the global job
  * (pmck_global_new) that committed slot k, as recorded with its step.
  * rank and world_size may be NULL.  Reads the slot header only.

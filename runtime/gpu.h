@@ -94,14 +94,14 @@ int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out);
 void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
 
 /*
- * Strategy G: enqueues a device-to-device copy of src into the snapshot
- * buffer at offset off (on the snapshot stream, after the layer's ready
- * event) and returns the snapshot's address in *snap;
- * pmck__gpu_snapshot_mark(layer) records the layer's snapshot event after
- * its copies.  Called on the caller's thread; its current device is restored.
+ * Strategy G: enqueues on the snapshot stream (after the layer's ready
+ * event) the device-to-device copies of the layer's n sources, srcs[i] of
+ * lens[i] bytes (none zero), into the snapshot buffer at offset offs[i], as
+ * one batch (cudaMemcpyBatchAsync); then records the layer's snapshot event.
+ * dsts[i] receives each copy's address in the snapshot (n entries of the
+ * caller's).  Called on the caller's thread; its current device is restored.
  */
-int pmck__gpu_snapshot(struct pmck_gpu *g, uint64_t off, const void *src, size_t len,
-		const void **snap);
-int pmck__gpu_snapshot_mark(struct pmck_gpu *g, unsigned layer);
+int pmck__gpu_snapshot_layer(struct pmck_gpu *g, unsigned layer, size_t n, const uint64_t *offs,
+		const void *const *srcs, const size_t *lens, void **dsts);
 
 #endif

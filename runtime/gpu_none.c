@@ -76,11 +76,9 @@ int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out)
 void pmck__gpu_host_free(struct pmck_gpu *g, void *p) { (void)g, (void)p; }
 
 int
-pmck__gpu_snapshot(struct pmck_gpu *g, uint64_t off, const void *src, size_t len,
-		const void **snap)
+pmck__gpu_snapshot_layer(struct pmck_gpu *g, unsigned layer, size_t n, const uint64_t *offs,
+		const void *const *srcs, const size_t *lens, void **dsts)
 {
-	(void)g, (void)off, (void)src, (void)len, (void)snap;
+	(void)g, (void)layer, (void)n, (void)offs, (void)srcs, (void)lens, (void)dsts;
 	return no_cuda();
 }
-
-int pmck__gpu_snapshot_mark(struct pmck_gpu *g, unsigned l) { (void)g, (void)l; return no_cuda(); }

@@ -59,6 +59,11 @@ struct pmck_pipeline {
 	uint32_t *tensor_layer;  /* tensor -> dense layer index */
 	/* Layer ix's tensors, in tensor order: layer_tensor[layer_tstart[ix] .. layer_tstart[ix + 1]] */
 	uint32_t *layer_tstart, *layer_tensor;
+	/* Strategy G: one layer's snapshot copies, batched (room for the largest layer) */
+	uint64_t *snap_off;
+	const void **snap_src;
+	size_t *snap_len;
+	void **snap_dst;
 
 	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
@@ -401,7 +406,19 @@ open_gpu(struct pmck_pipeline *p)
 
 	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)
 		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
-	return ret;
+	if (ret || !snapshot)
+		return ret;
+	uint32_t most = 1;
+	for (uint32_t l = 0; l < p->nlayers; l++)
+		if (p->layer_tstart[l + 1] - p->layer_tstart[l] > most)
+			most = p->layer_tstart[l + 1] - p->layer_tstart[l];
+	p->snap_off = malloc(most * sizeof(*p->snap_off));
+	p->snap_src = malloc(most * sizeof(*p->snap_src));
+	p->snap_len = malloc(most * sizeof(*p->snap_len));
+	p->snap_dst = malloc(most * sizeof(*p->snap_dst));
+	if (!p->snap_off || !p->snap_src || !p->snap_len || !p->snap_dst)
+		return pma__err(-ENOMEM, "out of memory");
+	return 0;
 }
 
 int
@@ -577,29 +594,42 @@ pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const vo
 	/* On the GPU, the layer's copies (or snapshot) come after the caller's work so far. */
 	if (is_gpu(p) && (ret = pmck__gpu_layer_ready(p->gpu, (unsigned)ix, cuda_stream)))
 		goto out;
+	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
+	uint32_t t0 = p->layer_tstart[ix], t1 = p->layer_tstart[ix + 1];
+	struct pmck_tensor_info ti;
+	size_t k = 0;
+	if (snapshot) {
+		/* The layer's tensors into the snapshot, in one batch; the writers copy from there. */
+		for (uint32_t t = t0; t < t1; t++) {
+			size_t i = p->layer_tensor[t];
+			pmck_store_tensor(p->store, i, &ti);
+			if (ti.nbytes) {
+				p->snap_off[k] = ti.offset;
+				p->snap_src[k] = srcs[i];
+				p->snap_len[k++] = ti.nbytes;
+			}
+		}
+		ret = pmck__gpu_snapshot_layer(p->gpu, (unsigned)ix, k, p->snap_off, p->snap_src,
+				p->snap_len, p->snap_dst);
+		k = 0;
+	}
 	if (p->verify)
 		p->layer_vfirst[ix] = p->nvjobs;
 	p->layer_first[ix] = p->nseq;
-	for (uint32_t t = p->layer_tstart[ix]; t < p->layer_tstart[ix + 1] && !ret; t++) {
+	for (uint32_t t = t0; t < t1 && !ret; t++) {
 		size_t i = p->layer_tensor[t];
-		struct pmck_tensor_info ti;
 		pmck_store_tensor(p->store, i, &ti);
+		const char *base = snapshot && ti.nbytes ? (const char *)p->snap_dst[k++] :
+				(const char *)srcs[i];
 		uint64_t off = 0;
 		do {
 			uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
-			const void *src = (const char *)srcs[i] + off;
-			if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT)
-				ret = pmck__gpu_snapshot(p->gpu, ti.offset + off, src, len, &src);
-			if (ret)
-				break;
-			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, src, 0,
+			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, base + off, 0,
 					p->nseq++});
 			p->layer_njobs[ix]++;
 			off += len;
 		} while (off < ti.nbytes);
 	}
-	if (!ret && p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT)
-		ret = pmck__gpu_snapshot_mark(p->gpu, (unsigned)ix);
 	if (ret && !p->error)
 		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
 	p->layer_put[ix] = 1;
@@ -724,6 +754,10 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->tensor_layer);
 	free(p->layer_tstart);
 	free(p->layer_tensor);
+	free(p->snap_off);
+	free(p->snap_src);
+	free(p->snap_len);
+	free(p->snap_dst);
 	free(p);
 	*pp = NULL;
 }

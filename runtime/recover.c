@@ -165,6 +165,14 @@ pmck_store_slot_step(const struct pmck_store *s, unsigned k)
 	return k < 2 ? pmck__sealed_step(s, k) : -1;
 }
 
+const void *
+pmck_store_slot_tensor_data(const struct pmck_store *s, unsigned k, size_t idx)
+{
+	if (k > 1 || idx >= s->hdr->ntensors)
+		return NULL;
+	return s->data[k] + s->tmap[idx].offset;
+}
+
 int
 pmck_store_slot_world(const struct pmck_store *s, unsigned k, unsigned *rank, unsigned *world_size)
 {

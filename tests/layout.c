@@ -300,6 +300,14 @@ test_open_or_create(const char *path, struct pma_region **rp, struct pma_pool **
 	is_int(pmck_store_recover(s, &rec), 0, "recover after open_or_create");
 	is_int(rec.step, 5, "step 5 (it was opened, not re-created)");
 	ok(tensors_equal(s, src), "tensors bit-exact");
+	/* The slot's own addresses, unverified: the recovered slot's are the readable ones. */
+	ok(pmck_store_slot_tensor_data(s, rec.slot, 1) == pmck_store_tensor_data(s, 1),
+			"slot_tensor_data of the recovered slot is tensor_data");
+	ok(pmck_store_slot_tensor_data(s, 1 - rec.slot, 1) != pmck_store_tensor_data(s, 1) &&
+			pmck_store_slot_tensor_data(s, 1 - rec.slot, 1) != NULL,
+			"the other slot's is another address");
+	ok(!pmck_store_slot_tensor_data(s, 2, 0) && !pmck_store_slot_tensor_data(s, 0, NL1),
+			"slot_tensor_data: NULL for a bad slot or index");
 	pmck_store_close(&s);
 
 	/* Every kind of different layout gives PMCK_E_LAYOUT and leaves everything as it was. */

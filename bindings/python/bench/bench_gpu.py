@@ -16,11 +16,16 @@ skips where there is no GPU):
          gpu_train_every_step_vs_dcp_async_every_step   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
+bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
+every step: a step's time without checkpoints (gpu_train_step_none_b8) against
+the state's crossing at the pinned D2H speed measured above
+(gpu_train_state_d2h_b8).
+
 Each figure is the median of --reps repetitions (the training ratios: of
 --train-reps, 8 measured steps after 3 of warm-up each).  --device cpu runs the same
 code on host tensors (with unpinned baselines): a dry run of the script, not
 a figure.  Usage: bench_gpu.py [--mb N] [--reps N] [--train-reps N] [--no-train]
-[--device D]"""
+[--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
 import os
 import statistics
@@ -73,6 +78,10 @@ def main():
                     help="bench_train.py's repetitions (DCP every step takes ~5 s a step at "
                          "batch 8 on an H100)")
     ap.add_argument("--shm", default="/dev/shm")
+    ap.add_argument("--b32", default="none,pm_every1",
+                    help="bench_train.py configurations at batch 32 ('' for none)")
+    ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
+                    "dcp_every1", help="bench_train.py configurations at batch 8")
     a = ap.parse_args()
     dev = torch.device(a.device)
     if dev.type == "cuda":
@@ -166,8 +175,9 @@ def main():
              ("8", "train_tput_snapshot_every10_vs_none"): "gpu_train_snapshot_every10_vs_none_b8",
              ("8", "train_tput_snapshot_every_step_vs_none"):
                  "gpu_train_snapshot_every_step_vs_none_b8"}
-    for batch, configs in (("32", "none,pm_every1"),
-                           ("8", "none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,dcp_every1")):
+    for batch, configs in (("32", a.b32), ("8", a.b8)):
+        if not configs:
+            continue
         out = subprocess.run([sys.executable, os.path.join(HERE, "bench_train.py"), "--device",
                               a.device, "--ranks", "0", "--batch", batch, "--steps", "8",
                               "--warmup", "3", "--reps", str(a.train_reps), "--configs",
@@ -179,6 +189,19 @@ def main():
                 print(f"ratio: {names[(batch, w[1])]} {' '.join(w[2:])}")
             elif line.startswith("bench: cost"):
                 print(f"bench: cost b{batch} {line[len('bench: cost '):]}")
+            elif line.startswith("bench: train model"):
+                state_mb = float(w[w.index("checkpoint") + 1])
+                tokens = int(w[w.index("tokens") - 1])
+            elif line.startswith("bench: train_tput_none "):
+                # What PCIe allows: the state crosses once per checkpoint, at the pinned
+                # D2H speed measured above, while a step without checkpoints takes this long.
+                step = tokens / float(w[2])
+                cross = state_mb * 1e6 / (nbytes / d2h_best)
+                print(f"bench: gpu_train_step_none_b{batch} {step * 1e3:.1f} ms")
+                print(f"bench: gpu_train_state_d2h_b{batch} {cross * 1e3:.1f} ms "
+                      f"({state_mb:.0f} MB)")
+                print(f"bench: gpu_train_every_step_pcie_bound_b{batch} "
+                      f"{min(1.0, step / cross):.3f} of none")
         if out.returncode:
             print(f"bench: bench_train batch {batch} failed ({out.returncode}): "
                   f"{out.stderr.strip().splitlines()[-1:]}")

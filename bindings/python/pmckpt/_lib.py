@@ -273,6 +273,7 @@ _OPTIONAL = {
     # resolves a devdax namespace name ("ckpt0") to /dev/daxX.Y (include/pmalloc_ns.h)
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
+    "pmck_store_slot_tensor_data": (c_void_p, [c_void_p, c_uint, c_size_t]),
     # the candidates the last recovery rejected (a library without it reports none)
     "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
     # stream-ordered GPU copies (a library without them: the caller synchronises the device)

@@ -15,7 +15,8 @@ import torch
 
 from . import _lib
 from ._lib import lib, check
-from ._state import META_NAME, dense_permutation, parse_blob, torch_dtype, _PMCK_TO_TORCH
+from ._state import (META_NAME, dense_permutation, parse_blob, torch_dtype, _PMCK_TO_TORCH,
+                     _TORCH_TO_PMCK)
 from .errors import (CorruptError, LayoutError, NoCheckpointError, PMCK_E_NO_CHECKPOINT,
                      PMCK_E_NONE_USABLE, error_for)
 
@@ -75,8 +76,141 @@ def copy_into(dst, src, copier, fresh=False):
         dst.copy_(src)
 
 
+_SLOT_DATA = _lib.optional("pmck_store_slot_tensor_data")
+_EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
+_EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
+
+
+class _EarlyCopies:
+    """A load's copies started before recovery has verified the checkpoint
+    (Store._start_early_copies): the into= tensors' bytes cross from the
+    newest sealed slot into a scratch buffer on their device while the CPU
+    hashes that slot, and reach the tensors only if recovery then makes that
+    same slot readable.  A load into CUDA tensors so takes about as long as its
+    copy over PCIe, not the verification plus the copy, and a tensor of
+    into= never holds bytes that failed verification.  Costs a device buffer
+    as large as the copied tensors, for the load's duration."""
+
+    def __init__(self, slot, step, scratch, placed):
+        self.slot, self.step = slot, step
+        self.scratch = scratch
+        self.placed = placed  # name -> (tensor of into=, offset in scratch, bytes)
+        self.nbytes = 0
+        self._dst, self._src = [], []
+
+    def matches(self, recovery):
+        """Whether recovery made readable the slot these copies came from."""
+        return bool(recovery) and recovery.get("tier") == "local" and \
+            recovery.get("slot") == self.slot and recovery.get("step") == self.step
+
+    def take(self, name, info, dst):
+        """Whether tensor `name` of the verified checkpoint is served from the
+        scratch buffer (then queued for finish()): only a plain dense tensor,
+        as the store holds it, into the very tensor it was copied for."""
+        p = self.placed.get(name)
+        if p is None or p[0] is not dst or any(k != "dev" for k in info):
+            return False
+        t, off, n = p
+        self._dst.append(t.view(-1).view(torch.uint8))
+        self._src.append(self.scratch[off:off + n])
+        self.nbytes += n
+        return True
+
+    def finish(self):
+        """Copies the taken tensors out of the scratch buffer (on the device:
+        queued on the current stream, after the copies that filled it)."""
+        if not self._dst:
+            return
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(self._dst, self._src)  # one launch for many on a GPU
+        else:
+            for d, s in zip(self._dst, self._src):
+                d.copy_(s)
+
+    def synchronize(self):
+        """Returns once the device has done the copies (the slot may change after)."""
+        if self.scratch.is_cuda:
+            torch.cuda.current_stream(self.scratch.device).synchronize()
+        self.scratch = None
+
+
 class _Recovery:
     """The load path of a Store."""
+
+    def _start_early_copies(self, targets):
+        """For load(into=): starts copying the into= tensors' bytes out of the
+        newest sealed slot, unverified, into a scratch buffer on their device
+        (_EarlyCopies), so that they cross PCIe while recovery verifies the
+        slot.  None where it does not pay or cannot be done: no CUDA tensor
+        (each byte would be copied twice on the host), tensors on several
+        devices, a region not registered with CUDA (a copy from it would not
+        be asynchronous), a group's recovery (it may choose another step), less
+        than _EARLY_MIN bytes, too little free device memory for the scratch
+        buffer.  Store._early_load "always" takes host tensors too (tests),
+        "never" none."""
+        mode = self._early_load
+        if mode == "never" or not targets or _SLOT_DATA is None or self._coll is not None:
+            return None
+        want = {n: t for n, t in targets.items() if t.is_cuda or mode == "always"}
+        devs = {t.device for t in want.values()}
+        if len(devs) != 1:
+            return None
+        dev = devs.pop()
+        if self._inflight is not None:
+            self._finish(self._inflight)  # the slots hold still from here on
+        if self._h is None:
+            self._h = self._open_existing()
+        if self._h is None:
+            return None
+        if dev.type == "cuda" and not self._map_for_loads(want, {}, None) and mode == "auto":
+            return None
+        s = self._h.store
+        steps = [lib.pmck_store_slot_step(s, k) for k in (0, 1)]
+        k = 0 if steps[0] >= steps[1] else 1
+        if steps[k] < 0:
+            return None
+        rows, ti = [], _lib.TensorInfo()
+        for name, t in want.items():
+            n = t.numel() * t.element_size()
+            code = _TORCH_TO_PMCK.get(t.dtype)
+            if not n or code is None or not t.is_contiguous():
+                continue
+            idx = lib.pmck_store_find(s, name.encode())
+            if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0:
+                continue
+            if ti.nbytes != n or ti.dtype != code or tuple(ti.shape[:ti.ndim]) != tuple(t.shape):
+                continue  # the load's own checks will say what is wrong
+            rows.append((_SLOT_DATA(s, k, idx), n, name, t))
+        total = sum(r[1] for r in rows)
+        if not rows or (mode == "auto" and total < _EARLY_MIN):
+            return None
+        # The slot holds the tensors in store order: neighbours cross as one copy.
+        rows.sort(key=lambda r: r[0])
+        runs = []  # [first address, end address, offset in scratch]
+        for addr, n, _, _ in rows:
+            if runs and addr - runs[-1][1] <= _EARLY_GAP:
+                runs[-1][1] = max(runs[-1][1], addr + n)
+            else:
+                size = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
+                runs.append([addr, addr + n, size])
+        size = runs[-1][2] + runs[-1][1] - runs[-1][0]
+        try:
+            if dev.type == "cuda" and mode == "auto":
+                free = torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - \
+                    torch.cuda.memory_allocated(dev)
+                if size > free - free // 8:
+                    return None  # the training's memory comes first
+            scratch = torch.empty(size, dtype=torch.uint8, device=dev)
+        except (RuntimeError, torch.cuda.OutOfMemoryError):
+            return None
+        for first, end, off in runs:
+            scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
+        placed, r = {}, 0
+        for addr, n, name, t in rows:
+            while addr >= runs[r][1]:
+                r += 1
+            placed[name] = (t, runs[r][2] + addr - runs[r][0], n)
+        return _EarlyCopies(k, steps[k], scratch, placed)
 
     def _recover(self):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir)."""

@@ -181,6 +181,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.on_busy = on_busy
         self.gpu_source = gpu_source
         self._gpu_warned = False
+        self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
         self.last_recovery = None
         self._lock = threading.RLock()
         self._h = None
@@ -281,42 +282,55 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         CheckpointsUnusableError if it fails verification.  Not with a group
         (the group's recovery picks the step)."""
         with self._lock:
+            targets = {}
+            if into is not None:
+                fl = Flattener()
+                fl.encode(into)
+                targets = {e.name: e.tensor for e in fl.entries}
+            early = None
             if step is not None:
                 if self._coll is not None:
                     raise ValueError("load(step=) is not for a store with a group: load() "
                                      "brings every rank to the newest global step")
                 self._recover_step(int(step))
             else:
+                early = self._start_early_copies(targets)  # crossing while recovery verifies
                 self._recover()
+                if early is not None and not early.matches(self.last_recovery):
+                    early = None  # recovery chose another checkpoint: its copies go unused
             doc, _ = self._read_blob()
             if doc.get("kind") != "state_dict":
                 raise Error(f"store '{self.name}' holds a DCP checkpoint: load it with "
                             "torch.distributed.checkpoint.load and pmckpt.dcp.StorageReader")
             infos = doc.get("tensors", {})
-            targets = {}
-            if into is not None:
-                fl = Flattener()
-                fl.encode(into)
-                targets = {e.name: e.tensor for e in fl.entries}
-                extra = sorted(set(targets) - set(tree_names(doc["tree"])))
-                if extra:
-                    raise LayoutError(f"into= has tensor '{extra[0]}', which the checkpoint of "
-                                      f"step {doc['step']} does not")
+            extra = sorted(set(targets) - set(tree_names(doc["tree"])))
+            if extra:
+                raise LayoutError(f"into= has tensor '{extra[0]}', which the checkpoint of "
+                                  f"step {doc['step']} does not")
             tensors = {}
             copier = Copier(parallel=into is not None or parallel_fresh())
             self._map_for_loads(targets, infos, map_location)
             for name in tree_names(doc["tree"]):
                 info = infos.get(name, {})
-                tensors[name] = self._load_tensor(name, info, targets.get(name), map_location,
-                                                  copier)
+                dst = targets.get(name)
+                if early is not None and early.take(name, info, dst):
+                    tensors[name] = dst
+                    continue
+                tensors[name] = self._load_tensor(name, info, dst, map_location, copier)
+            if early is not None:
+                early.finish()  # verified: from the scratch buffer into the tensors
+                self.last_recovery["early_bytes"] = early.nbytes
             copier.run()
+            if early is not None:
+                early.synchronize()
         return Decoder(tensors.__getitem__).decode(doc["tree"])
 
     def _map_for_loads(self, targets, infos, map_location):
         """Loading into CUDA tensors of one device: the region is registered with
         CUDA for it (the GPU pipeline that saves need maps it: made now if there is
         none yet), so that each copy is a DMA from pinned memory rather than
-        through a bounce buffer.  Without the GPU path the copies work as before."""
+        through a bounce buffer.  Without the GPU path the copies work as before.
+        Returns whether the region is registered for that device."""
         devs = {t.device for t in targets.values() if t.is_cuda}
         if map_location is not None:
             d = torch.device(map_location)
@@ -325,13 +339,15 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             devs |= {torch.device(i["dev"]) for n, i in infos.items()
                      if n not in targets and str(i.get("dev", "")).startswith("cuda")}
         if len(devs) != 1 or self._h is None:
-            return
+            return False
         index = next(iter(devs)).index or 0
         want = (_GPU_SOURCES[self.gpu_source], index)
         if self._pipe and self._pipe_source != want:
-            return  # another pipeline (host sources): not replaced for a load
+            return False  # another pipeline (host sources): not replaced for a load
         if lib.pmck_gpu_available(index) == 0:
             self._ensure_pipeline(*want)
+            return True
+        return False
 
     # ------------------------------------------------------------ steps, files, the rest
 

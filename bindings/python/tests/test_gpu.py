@@ -65,6 +65,31 @@ def test_strategy(src):
         return same(want["model"]["0.weight"].cpu(), cpu["model"]["0.weight"])
 
 
+def test_early_load():
+    """load(into=) of CUDA tensors: their copies cross PCIe into a scratch buffer
+    while the CPU verifies the slot (_EarlyCopies; its failure cases are
+    test_store.py's), then reach the tensors: bit-exact, in place."""
+    g = torch.Generator(device=dev).manual_seed(3)
+    st = {f"w{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)}
+    st["host"] = torch.arange(10)
+    st["step"] = 2
+    want = clone(st)
+    with pmckpt.Store(name="gpu-early", ramdisk=D) as s:
+        s.save({k: (v * 0 if isinstance(v, torch.Tensor) else v) for k, v in st.items()}, 1)
+        s.save(st, 2)
+    into = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
+    w0 = into["w0"]
+    with pmckpt.Store(name="gpu-early", ramdisk=D) as s:
+        out = s.load(into=into)
+        rec = s.last_recovery
+    if rec.get("early_bytes", 0) < 8 * 4 << 20:
+        return f"the CUDA tensors' copies did not start before verification: {rec}"
+    if out["w0"] is not w0:
+        return "into='s tensor was not filled in place"
+    T.diag(f"{rec['early_bytes']} bytes crossed while step {rec['step']} was verified")
+    return same(want, out)
+
+
 def test_train_async():
     m = model()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
@@ -221,6 +246,7 @@ def test_partner_nccl():
 for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
+T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("training on the GPU with save_async + hook_optimizer: each checkpoint equals its state",
       test_train_async)
 for src in SOURCES:

@@ -443,6 +443,78 @@ def flip(path, off):
         f.write(bytes([b[0] ^ 0x5a]))
 
 
+def zeroed(st):
+    """st with every tensor a new zero tensor (a load's into=)."""
+    z = clone(st)
+
+    def walk(v):
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, torch.Tensor):
+            v.zero_()
+    walk(z)
+    return z
+
+
+def test_early_load():
+    """load(into=) with its copies started before verification (_EarlyCopies;
+    on a GPU they cross PCIe while the CPU verifies: here forced onto host
+    tensors): the tensors get the verified checkpoint, or nothing."""
+    s, st1 = base_store("early")
+    m = mlp(seed=6)
+    opt = torch.optim.Adam(m.parameters())
+    one_step(m, opt, 2)
+    st2 = train_state(m, opt, step=2)
+    s.save(st2, 2)
+    s.close()
+
+    def load(into):
+        with pmckpt.Store(name="early", ramdisk=D) as s:
+            s._early_load = "always"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+                out = s.load(into=into)
+            return out, s.last_recovery
+
+    into = zeroed(st2)
+    w = into["model"]["0.weight"]
+    out, rec = load(into)
+    if rec.get("early_bytes", 0) <= 0:
+        return f"the copies did not start early: {rec}"
+    if out["model"]["0.weight"] is not w:
+        return "into='s tensor was not filled in place"
+    T.diag(f"step {rec['step']}: {rec['early_bytes']} bytes copied before verification")
+    r = same(st2, out)
+    if r:
+        return f"early copies: {r}"
+    with pmckpt.Store(name="early", ramdisk=D) as s2:
+        out = s2.load(into=zeroed(st2))
+        if "early_bytes" in s2.last_recovery:
+            return "host tensors took the early path without being asked"
+    newest = rec["slot"]
+    path, off, _ = slot_address("early", newest, "model/2.weight")
+    flip(path, off + 8)
+    into = zeroed(st2)
+    out, rec = load(into)
+    if rec["step"] != 1 or "early_bytes" in rec:
+        return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
+    r = same(st1, out)
+    if r:
+        return f"newest slot corrupted: {r}"
+    _, off1, _ = slot_address("early", 1 - newest, "model/0.weight")
+    flip(path, off1 + 8)
+    into = zeroed(st2)
+    try:
+        load(into)
+        return "both slots corrupted, and load(into=) returned"
+    except pmckpt.CheckpointsUnusableError:
+        pass
+    r = same(zeroed(st2), into)
+    if r:
+        return f"both slots corrupted: into= was written with unverified bytes: {r}"
+
+
 def test_corrupted_slot():
     s, st1 = base_store("corrupt")
     m = mlp(seed=5)
@@ -804,6 +876,7 @@ T.run("a ramdisk file left by an interrupted creation is no store", test_interru
 T.run("steps must increase", test_step_order)
 T.run("load(step=): either slot's step, the newest by default; slot_steps()", test_load_step)
 T.run("destroy() frees the name for another layout", test_destroy)
+T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
 T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
       test_busy)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
