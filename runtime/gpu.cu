@@ -282,20 +282,20 @@ enqueue_copy(struct pmck_gpu_stream *ws, enum pmck_gpu_copy how, char *dst, cons
 
 extern "C" int
 pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
-		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t job,
-		unsigned *nsub)
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub)
 {
 	struct pmck_gpu *g = ws->g;
 
 	*nsub = 0;
-	if (len > PMCK_GPU_SUB * PMCK_GPU_MAX_SUB || job >= g->ndone || layer >= g->nready)
+	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->ndone || layer >= g->nready)
 		return pmck__err(-EINVAL, "GPU path: a copy of %zu bytes (job %zu, layer %u)", len,
 				job, layer);
 	/* On the GPU: after the work that produced the sources (or their snapshot). */
 	CUDA_TRY(cudaStreamWaitEvent(ws->stream, from_snapshot ? g->snapped[layer] :
 			g->ready[layer], 0));
-	for (size_t off = 0; off < len; off += PMCK_GPU_SUB) {
-		size_t n = len - off < PMCK_GPU_SUB ? len - off : PMCK_GPU_SUB;
+	for (size_t off = 0; off < len; off += sub) {
+		size_t n = len - off < sub ? len - off : sub;
 		int ret = enqueue_copy(ws, how, (char *)dst + off, (const char *)src + off, n);
 		if (ret)
 			return ret;

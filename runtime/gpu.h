@@ -57,7 +57,11 @@ void pmck__gpu_stream_delete(struct pmck_gpu_stream **ws);
  */
 int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream);
 
-/* Bytes per sub-copy: a job's sub-copies are all in flight at once. */
+/*
+ * Bytes per sub-copy by default: a job's sub-copies are all in flight at
+ * once, and each is hashed as it lands.  $PMCK_GPU_SUB_MIB (1 to 8) sets
+ * another size for the pipelines made from then on (pipeline.c).
+ */
 #define PMCK_GPU_SUB ((size_t)2 << 20)
 #define PMCK_GPU_MAX_SUB 8
 
@@ -71,13 +75,13 @@ enum pmck_gpu_copy {
  * Enqueues, on ws, the copy of len bytes of device memory at src to dst
  * (in the region, or a pinned host buffer for PMCK_GPU_TO_HOST) after
  * the layer's ready event (from_snapshot: after its snapshot event; src
- * is then in the snapshot), in sub-copies of PMCK_GPU_SUB bytes, each
- * followed by an event; then records job's done event.  Returns at once;
- * *nsub: the sub-copies enqueued.  len <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB.
+ * is then in the snapshot), in sub-copies of `sub` bytes, each followed
+ * by an event; then records job's done event.  Returns at once; *nsub: the
+ * sub-copies enqueued.  len <= sub * PMCK_GPU_MAX_SUB.
  */
 int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
-		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t job,
-		unsigned *nsub);
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub);
 /* Waits (host) until sub-copy i of the last copy_start has landed. */
 int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
 

@@ -47,11 +47,11 @@ pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream)
 
 int
 pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
-		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t job,
-		unsigned *nsub)
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub)
 {
 	(void)ws, (void)layer, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
-	(void)job;
+	(void)sub, (void)job;
 	*nsub = 0;
 	return no_cuda();
 }

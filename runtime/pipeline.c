@@ -31,6 +31,8 @@
 #define MAX_THREADS 64
 _Static_assert(PIECE <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB, "a GPU job's sub-copies");
 _Static_assert(PMCK_GPU_SUB % PMCK_HASH_CHUNK == 0, "sub-copies land hash-chunk aligned");
+_Static_assert(PIECE <= PMCK_HASH_CHUNK * PMCK_GPU_MAX_SUB, "$PMCK_GPU_SUB_MIB=1 fits a piece");
+_Static_assert(PMCK_HASH_CHUNK == (size_t)1 << 20, "$PMCK_GPU_SUB_MIB counts hash chunks");
 
 struct job {
 	uint32_t tensor;
@@ -45,6 +47,7 @@ struct pmck_pipeline {
 	struct pmck_store *store;
 	struct pmck_pipeline_opts opts;
 	struct pmck_gpu *gpu;
+	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
@@ -172,12 +175,12 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
 	unsigned nsub = 0;
 	int ret = pmck__gpu_copy_start(ws, j->layer, p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
-			how, dst, j->src, j->len, j->seq, &nsub);
+			how, dst, j->src, j->len, p->gpu_sub, j->seq, &nsub);
 
 	job_started(p, j);
 	for (unsigned i = 0; i < nsub && !ret; i++) {
-		uint64_t off = (uint64_t)i * PMCK_GPU_SUB;
-		uint64_t n = j->len - off < PMCK_GPU_SUB ? j->len - off : PMCK_GPU_SUB;
+		uint64_t off = (uint64_t)i * p->gpu_sub;
+		uint64_t n = j->len - off < p->gpu_sub ? j->len - off : p->gpu_sub;
 		if (!(ret = pmck__gpu_copy_wait(ws, i)))
 			ret = staged ? pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n) :
 				pmck__ckpt_landed(c, j->tensor, j->off + off, n);
@@ -396,12 +399,34 @@ index_layers(struct pmck_pipeline *p)
 	return 0;
 }
 
+/* The sub-copy size: PMCK_GPU_SUB, or $PMCK_GPU_SUB_MIB whole MiB (1 to 8), for tuning. */
+static int
+gpu_sub_size(size_t *sub)
+{
+	const char *e = getenv("PMCK_GPU_SUB_MIB");
+	char *end;
+
+	*sub = PMCK_GPU_SUB;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	unsigned long mib = strtoul(e, &end, 10);
+	if (errno || *end || mib < 1 || mib > PIECE / PMCK_HASH_CHUNK)
+		return pma__err(-EINVAL, "PMCK_GPU_SUB_MIB=%s: the GPU sub-copy size is a whole "
+				"number of MiB from 1 to %zu", e, PIECE / PMCK_HASH_CHUNK);
+	*sub = mib * PMCK_HASH_CHUNK;
+	return 0;
+}
+
 static int
 open_gpu(struct pmck_pipeline *p)
 {
 	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
 			pmck_store_data_size(p->store) : 0;
-	int ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
+	int ret = gpu_sub_size(&p->gpu_sub);
+	if (ret)
+		return ret;
+	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
 			p->nlayers, p->qcap, &p->gpu);
 
 	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)

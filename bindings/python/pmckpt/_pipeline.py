@@ -5,7 +5,9 @@ _put_meta), its end (_finish, _settle, _abandon), the SaveHandle the caller
 waits on, saves registered before they begin (_PendingSave: DCP's zero-copy
 async_save), the commit-driven copy-out (_copy_out) and the writer threads'
 scheduling policy.  Internals of pmckpt.Store (store.py), mixed into it."""
+import contextlib
 import ctypes
+import gc
 import os
 import threading
 import time
@@ -35,6 +37,26 @@ def _put_stream(dev):
         torch.cuda.synchronize(dev)
         return None
     return torch.cuda.current_stream(dev).cuda_stream
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector off for a save_async call, on again
+    after (unless someone else had it off).  The call makes ~7000 objects for a
+    GPT-2 medium state, most of them temporaries: with the collector on they
+    set off ~10 collections per call, which promote them to the oldest
+    generation, and every few calls a full collection of the whole heap (torch
+    and the model) ran inside the call.  Measured on the 2-core dev VM, 40
+    calls each: 403-422 collections, 1-2 of them full (110-290 ms each,
+    inside the call), against 40 collections and no full one with it paused;
+    the temporaries die by reference count before any collection sees them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 _PACK_ALIGN = 256  # each packed tensor starts where a CUDA allocation would

@@ -23,7 +23,7 @@ from ._backend import _Backend
 from ._copy import Copier, parallel_fresh
 from ._lib import lib, check
 from ._multirank import _MultiRank
-from ._pipeline import _GPU_SOURCES, _Pipeline, GpuPathWarning, SaveHandle
+from ._pipeline import _GPU_SOURCES, _Pipeline, GpuPathWarning, SaveHandle, gc_paused
 from ._recovery import _Recovery, RecoveryWarning, copy_into
 from ._state import META_NAME, Decoder, Flattener, tree_names
 from .errors import Error, LayoutError, NoCheckpointError
@@ -223,10 +223,11 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         raised first, as CopyoutError, and nothing of this call is done (the
         local store keeps what it had): call again to save this step."""
         self._raise_copyout_failure()
-        prep = self._prepare(state_dict, step)
-        h = self._start(prep, step)
-        if not h.skipped:
-            self._put_meta(h, prep.doc, blob=prep.blob)
+        with gc_paused():
+            prep = self._prepare(state_dict, step)
+            h = self._start(prep, step)
+            if not h.skipped:
+                self._put_meta(h, prep.doc, blob=prep.blob)
         return h
 
     def save(self, state_dict, step):
