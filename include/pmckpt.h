@@ -464,6 +464,17 @@ int pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer,
 		const void *const *srcs, void *cuda_stream);
 
 /*
+ * pmck_pipeline_put_layers_stream -- pmck_pipeline_put_layer_stream of
+ * layers[0], layers[1], ... layers[n - 1] in that order, in one call: a
+ * state of hundreds of layers put by a binding (Python's save_async) costs
+ * one crossing into the library instead of one per layer.  Stops at the
+ * first layer that fails and returns its error (the layers before it are
+ * put, as with separate calls); PMCK_SKIPPED if the checkpoint is skipped.
+ */
+int pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		const void *const *srcs, void *cuda_stream);
+
+/*
  * pmck_pipeline_wait_layer -- blocks until no queued or running write
  * reads the sources of `layer`: every byte of it is persisted in the
  * region (made durable: drained or flushed), so it may be modified.

@@ -599,6 +599,18 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 }
 
 int
+pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		const void *const *srcs, void *cuda_stream)
+{
+	for (size_t i = 0; i < n; i++) {
+		int ret = pmck_pipeline_put_layer_stream(p, layers[i], srcs, cuda_stream);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int
 pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs,
 		void *cuda_stream)
 {

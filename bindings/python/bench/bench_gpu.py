@@ -13,7 +13,9 @@ skips where there is no GPU):
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
-         gpu_train_every_step_vs_dcp_async_every_step   from bench_train.py
+         gpu_train_every_step_vs_dcp_async_every_step,
+         gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
+         (Store(gpu_source="snapshot"), Store(on_busy="queue"))   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
@@ -81,7 +83,8 @@ def main():
     ap.add_argument("--b32", default="none,pm_every1",
                     help="bench_train.py configurations at batch 32 ('' for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
-                    "dcp_every1", help="bench_train.py configurations at batch 8")
+                    "pmq_every1,pmqsnap_every1,pmqsnap_every10,dcp_every1",
+                    help="bench_train.py configurations at batch 8")
     a = ap.parse_args()
     dev = torch.device(a.device)
     if dev.type == "cuda":
@@ -174,7 +177,13 @@ def main():
                  "gpu_train_every_step_vs_dcp_async_every_step",
              ("8", "train_tput_snapshot_every10_vs_none"): "gpu_train_snapshot_every10_vs_none_b8",
              ("8", "train_tput_snapshot_every_step_vs_none"):
-                 "gpu_train_snapshot_every_step_vs_none_b8"}
+                 "gpu_train_snapshot_every_step_vs_none_b8",
+             ("8", "train_tput_queue_every_step_vs_none"): "gpu_train_queue_every_step_vs_none_b8",
+             ("8", "train_tput_queue_every10_vs_none"): "gpu_train_queue_every10_vs_none_b8",
+             ("8", "train_tput_queue_snapshot_every_step_vs_none"):
+                 "gpu_train_queue_snapshot_every_step_vs_none_b8",
+             ("8", "train_tput_queue_snapshot_every10_vs_none"):
+                 "gpu_train_queue_snapshot_every10_vs_none_b8"}
     for batch, configs in (("32", a.b32), ("8", a.b8)):
         if not configs:
             continue

@@ -30,6 +30,9 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmsnap_every{1,10}  CUDA: the state snapshotted on the device, written from
                   there (Store(gpu_source="snapshot")): the optimizer waits for
                   the device copy only
+  pmq_every{1,10}, pmqsnap_every{1,10}  pm and pmsnap with Store(on_busy="queue"):
+                  a save behind one in flight returns at once and begins in
+                  the store's thread when that one has committed
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
@@ -370,6 +373,11 @@ def make_ckpt(cfg, a, job, name, group=None):
         return PmCkpt(a, job, every, name, group=group, writer_policy="idle", **kw)
     if kind == "pmsnap":  # GPU: a device snapshot first, then D2H (Store(gpu_source="snapshot"))
         return PmCkpt(a, job, every, name, group=group, gpu_source="snapshot", **kw)
+    if kind == "pmq":  # a save behind one in flight begins in the store's thread (on_busy="queue")
+        return PmCkpt(a, job, every, name, group=group, on_busy="queue", **kw)
+    if kind == "pmqsnap":  # both
+        return PmCkpt(a, job, every, name, group=group, on_busy="queue", gpu_source="snapshot",
+                      **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
@@ -563,6 +571,10 @@ def main():
     ratio("train_tput_every_step_writers_idle_vs_none", "pmidle_every1", "none", R)
     ratio("train_tput_snapshot_every_step_vs_none", "pmsnap_every1", "none", R)
     ratio("train_tput_snapshot_every10_vs_none", "pmsnap_every10", "none", R)
+    ratio("train_tput_queue_every_step_vs_none", "pmq_every1", "none", R)
+    ratio("train_tput_queue_every10_vs_none", "pmq_every10", "none", R)
+    ratio("train_tput_queue_snapshot_every_step_vs_none", "pmqsnap_every1", "none", R)
+    ratio("train_tput_queue_snapshot_every10_vs_none", "pmqsnap_every10", "none", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)

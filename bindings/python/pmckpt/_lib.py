@@ -279,6 +279,9 @@ _OPTIONAL = {
     # stream-ordered GPU copies (a library without them: the caller synchronises the device)
     "pmck_pipeline_put_layer_stream": (c_int, [c_void_p, c_uint32, POINTER(c_void_p), c_void_p]),
     "pmck_pipeline_wait_layer_stream": (c_int, [c_void_p, c_uint32, c_void_p]),
+    # every layer of a checkpoint put in one call
+    "pmck_pipeline_put_layers_stream": (c_int, [c_void_p, POINTER(c_uint32), c_size_t,
+                                                POINTER(c_void_p), c_void_p]),
     **_PARTNER,
 }
 

@@ -106,6 +106,21 @@ def _put_layer(pipe, layer, arr, stream):
     return _PUT_STREAM(pipe, layer, arr, stream)
 
 
+_PUT_LAYERS = _lib.optional("pmck_pipeline_put_layers_stream")
+
+
+def _put_layers(pipe, layers, arr, stream):
+    """Puts every layer of `layers` in order: one call into the library where it
+    has pmck_pipeline_put_layers_stream (GPT-2 medium: 443 layers per save)."""
+    if _PUT_LAYERS is None:
+        for layer in layers:
+            rc = _put_layer(pipe, layer, arr, stream)
+            if rc < 0:
+                return rc
+        return 0
+    return _PUT_LAYERS(pipe, (ctypes.c_uint32 * len(layers))(*layers), len(layers), arr, stream)
+
+
 _GPU_SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
                 "staged": _lib.SOURCE_GPU_STAGED, "snapshot": _lib.SOURCE_GPU_SNAPSHOT}
 
@@ -136,14 +151,21 @@ class SaveHandle:
             if e.zero_copy and e.nbytes:
                 self._ptr_layer.setdefault(e.tensor.data_ptr(), e.layer)
         self._layers = {layer for _, layer in self._names}
+        self._queued = None  # on_busy='queue': its _PendingSave until it has begun
 
     @property
     def done(self):
         """True once wait() has returned (or the checkpoint was skipped)."""
         return self._done
 
+    def _begun(self):
+        """A queued checkpoint (on_busy='queue'): waits until it has begun (or failed)."""
+        if self._queued is not None:
+            self._queued.wait_begun()
+
     def wait(self):
         """Blocks until the checkpoint is committed (durable); raises its failure."""
+        self._begun()
         if not self._done:
             self._store._finish(self)
         if self._error is not None:
@@ -152,6 +174,7 @@ class SaveHandle:
     def _wait_layers(self, layers, stream_ordered=False):
         """Host waits until the layers are persisted; stream_ordered (GPU path only):
         the current CUDA stream waits on the GPU for their copies instead."""
+        self._begun()
         if self._done:
             return
         pipe = self._store._pipe
@@ -190,6 +213,7 @@ class SaveHandle:
         current CUDA stream from now on runs after the copies have read them
         (the optimizer's update, say); the host goes on while the GPU copies.
         Work on another stream must be ordered after the current one."""
+        self._begun()
         if self._done:
             return
         layers = {self._ptr_layer.get(t.data_ptr()) for t in tensors}
@@ -264,6 +288,19 @@ class _Prepared:
         self.binary = binary
         self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
         self.blob = None  # make_blob(doc, binary), once _start has made it
+        self.gpu = None  # the CUDA device the GPU path writes from, if it does
+        self.srcs = None  # the tensors the pipeline reads, once captured (_capture)
+        self.packed = ()  # buffers the captured sources live in (host tensors moved)
+
+
+class _QueuedSave:
+    """A save_async that waits for the checkpoint in flight to end before it
+    begins (on_busy='queue'): begun by a thread of its own, or by whichever
+    call of the store needs it begun first."""
+
+    def __init__(self, prep, step, handle, pending, ready):
+        self.prep, self.step, self.handle, self.pending = prep, step, handle, pending
+        self.ready = ready  # CUDA event on the caller's stream when it was queued, or None
 
 
 class _Pipeline:
@@ -297,14 +334,25 @@ class _Pipeline:
                 f"not written by the GPU path: {_lib.errormsg()}"), stacklevel=5)
         return False
 
-    def _start(self, prep, step, pending=None):
+    def _capture(self, prep):
+        """Fixes what the checkpoint reads (prep.srcs): the entries' tensors, and for
+        the GPU path their host tensors moved to the device now (_pack_host: their
+        values as of this call)."""
+        srcs = [e.src for e in prep.entries]
+        if prep.gpu is not None:
+            srcs, prep.packed = _pack_host(srcs, prep.gpu)
+        prep.srcs = srcs
+
+    def _start(self, prep, step, pending=None, handle=None):
         """Begins checkpoint `step` and queues every tensor layer (not the metadata).
         Returns the handle; _put_meta completes it.  pending: the _PendingSave this
-        checkpoint is (the hooks waiting on it go on to wait for its layers)."""
+        checkpoint is (the hooks waiting on it go on to wait for its layers).
+        handle: the SaveHandle a queued save returned already."""
         blob = prep.blob = make_blob(prep.doc, prep.binary)
         with self._lock:
+            self._begin_queued()  # a queued save (on_busy='queue') goes first
             prev = self._inflight
-            if prev is not None and (self.on_busy == "wait" or not prev._all_put):
+            if prev is not None and (self.on_busy != "skip" or not prev._all_put):
                 self._finish(prev)
                 prev = None
             if self._layout is None and self._h is None:
@@ -325,17 +373,16 @@ class _Pipeline:
             self._open_write(layout)
             self._ensure_global()
             entries = prep.entries
+            if prep.srcs is None:
+                self._capture(prep)
+            srcs = prep.srcs
             keep = [prep]
-            srcs = [e.src for e in entries]
             device = 0
             if prep.gpu is not None:
                 device = prep.gpu.index or 0
-                dev = torch.device("cuda", device)
-                srcs, packed = _pack_host(srcs, dev)
-                keep += [srcs, packed]
                 # The copies wait on the GPU for the work queued so far on the current
                 # stream (an event, pmck_pipeline_put_layer_stream): no host synchronisation.
-                stream = _put_stream(dev)
+                stream = _put_stream(torch.device("cuda", device))
                 source = _GPU_SOURCES[self.gpu_source]
             else:
                 source, stream = _lib.SOURCE_HOST, None
@@ -354,20 +401,90 @@ class _Pipeline:
             for i, s in enumerate(srcs):
                 arr[i] = s.data_ptr() if s.numel() else None
             keep.append(arr)
-            h = SaveHandle(self, step, entries, keep)
+            h = handle or SaveHandle(self, step, entries, None)
+            h._keep = keep
             h._meta_index = n - 1
             h._arr = arr
             h._gpu = (prep.gpu is not None, device)
             h._capacity = layout.capacity()
             self._inflight = h
-            for layer in sorted({e.layer for e in entries}):
-                rc = _put_layer(self._pipe, layer, arr, stream)
-                if rc < 0:
-                    self._abandon(h)
-                    check(rc, f"checkpoint of step {step}")
+            rc = _put_layers(self._pipe, sorted({e.layer for e in entries}), arr, stream)
+            if rc < 0:
+                self._abandon(h)
+                check(rc, f"checkpoint of step {step}")
             if pending is not None:
                 pending.begun(h)  # the hooks now wait for h's layers
             return h
+
+    def _save_queued(self, state_dict, step):
+        """save_async with on_busy='queue'.  What the checkpoint will read is fixed
+        now (the state's structure and non-tensor values, its host tensors moved to
+        the device for the GPU path, and an event on the current stream after
+        which its CUDA tensors are ready); if a checkpoint is in flight, this one
+        begins in a thread of its own as soon as that one has committed, and the
+        caller goes on at once instead of waiting for it on the training thread.
+        Until it has begun the hooks wait for it as for a pending save, and a
+        further save_async waits for it to begin (one queued at most)."""
+        with gc_paused():
+            prep = self._prepare(state_dict, step)
+            self._capture(prep)
+            with self._lock:
+                self._begin_queued()  # one queued at most: the one before begins now
+                prev = self._inflight
+                if prev is None or prev._done:
+                    h = self._start(prep, step)
+                    if not h.skipped:
+                        self._put_meta(h, prep.doc, blob=prep.blob)
+                    return h
+                ready = None
+                if prep.gpu is not None:
+                    ready = torch.cuda.Event()
+                    ready.record(torch.cuda.current_stream(prep.gpu))
+                h = SaveHandle(self, step, prep.entries, None)
+                pending = self._mark_pending(f"queued save_async of step {step}")
+                h._queued = pending
+                q = self._queued = _QueuedSave(prep, step, h, pending, ready)
+                t = threading.Thread(target=self._run_queued, args=(q,), daemon=True,
+                                     name=f"pmckpt-queue-{self.name}")
+                pending.bind(t)
+                t.start()
+                return h
+
+    def _run_queued(self, q):
+        with self._lock:
+            if self._queued is q:
+                self._begin_queued()
+
+    def _begin_queued(self):
+        """Begins the queued save, if any (called with the lock held: by its thread,
+        or first by any call that needs the store settled).  Its GPU copies run on
+        a stream of the store's that waits for the event recorded when it was
+        queued: ordered after the work that made its tensors, and not after what
+        the caller queued since.  A failure is the save's own: its handle raises
+        it (wait()), and the hooks waiting for its begin go on."""
+        q = self._queued
+        if q is None:
+            return
+        self._queued = None
+        h = q.handle
+        try:
+            if q.ready is not None:
+                stream = self._queue_streams.get(q.prep.gpu)
+                if stream is None:
+                    stream = self._queue_streams[q.prep.gpu] = torch.cuda.Stream(q.prep.gpu)
+                stream.wait_event(q.ready)
+                with torch.cuda.stream(stream):
+                    self._start(q.prep, q.step, pending=q.pending, handle=h)
+                    self._put_meta(h, q.prep.doc, blob=q.prep.blob)
+            else:
+                self._start(q.prep, q.step, pending=q.pending, handle=h)
+                self._put_meta(h, q.prep.doc, blob=q.prep.blob)
+        except Exception as err:  # noqa: BLE001 -- the save's failure, raised by its wait()
+            if not h._done:
+                h._done, h._keep = True, None
+                h._error = err if isinstance(err, Error) else Error(
+                    f"checkpoint of step {q.step} could not begin: {err}")
+            q.pending.release(h._error)
 
     def _put_meta(self, h, doc, binary=b"", blob=None):
         """Queues the metadata blob, the checkpoint's last layer: it commits after it.

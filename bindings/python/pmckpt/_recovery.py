@@ -156,6 +156,7 @@ class _Recovery:
         if len(devs) != 1:
             return None
         dev = devs.pop()
+        self._begin_queued()
         if self._inflight is not None:
             self._finish(self._inflight)  # the slots hold still from here on
         if self._h is None:
@@ -214,6 +215,7 @@ class _Recovery:
 
     def _recover(self):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir)."""
+        self._begin_queued()
         if self._inflight is not None:
             self._finish(self._inflight)
         if self._coll is not None:
@@ -276,6 +278,7 @@ class _Recovery:
 
     def _recover_step(self, step):
         """Makes `step` readable from a local slot (load(step=))."""
+        self._begin_queued()
         if self._inflight is not None:
             self._finish(self._inflight)
         if self._h is None:

@@ -120,11 +120,13 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                  copyout_every=1, writer_policy="batch", sharing="private", partner=False,
                  partner_keep=2, partner_dir=None, node=None, partner_every=1,
                  partner_transport="gloo"):
-        if on_busy not in ("wait", "skip"):
-            raise ValueError("on_busy must be 'wait' or 'skip'")
-        if group is not None and group is not False and on_busy == "skip":
-            raise ValueError("on_busy='skip' cannot be used with a group: ranks would skip "
-                             "different steps and never agree on one")
+        if on_busy not in ("wait", "skip", "queue"):
+            raise ValueError("on_busy must be 'wait', 'skip' or 'queue'")
+        if group is not None and group is not False and on_busy in ("skip", "queue"):
+            raise ValueError(f"on_busy='{on_busy}' cannot be used with a group: "
+                             + ("ranks would skip different steps and never agree on one"
+                                if on_busy == "skip" else "a group's checkpoint begins with "
+                                "the ranks' agreement, on the training thread"))
         if gpu_source not in _GPU_SOURCES:
             raise ValueError(f"gpu_source must be one of {sorted(_GPU_SOURCES)}")
         if path is not None and ramdisk not in (None, False):
@@ -190,6 +192,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._pipe_source = None
         self._copyout = c_void_p()
         self._inflight = None
+        self._queued = None  # on_busy='queue': the _QueuedSave waiting for _inflight to end
+        self._queue_streams = {}  # device -> the stream a queued save's GPU copies start on
         self._newest = None
         self._pending_lock = threading.Lock()
         self._pending = []  # _PendingSave: saves staged without a copy, not begun yet
@@ -217,12 +221,16 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         persisted (hook_optimizer does that for an optimizer).  Non-tensor
         values are captured now.  A previous checkpoint still in flight is
         waited for first (or, with on_busy='skip', this one is skipped:
-        handle.skipped).
+        handle.skipped; with on_busy='queue', this call returns at once and the
+        checkpoint begins, in a thread of the store's, when that one has
+        committed: the hooks and handle.wait_for wait for it to begin).
 
         With shared_dir, a copy-out that failed since the last report is
         raised first, as CopyoutError, and nothing of this call is done (the
         local store keeps what it had): call again to save this step."""
         self._raise_copyout_failure()
+        if self.on_busy == "queue":
+            return self._save_queued(state_dict, step)
         with gc_paused():
             prep = self._prepare(state_dict, step)
             h = self._start(prep, step)
@@ -237,6 +245,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     def wait(self):
         """Waits for the asynchronous checkpoint in flight, if any; raises its failure."""
+        q = self._queued
+        if q is not None:
+            q.handle.wait()  # it begins after the one in flight ends
         h = self._inflight
         if h is not None:
             h.wait()
@@ -355,6 +366,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     def _settled_store(self):
         """The open store after the checkpoint in flight has ended (opened if it exists),
         or None: no store.  Called with the lock held."""
+        self._begin_queued()
         if self._inflight is not None:
             self._finish(self._inflight)
         if self._h is None:
@@ -428,6 +440,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         header = read_header(path)
         if META_NAME in header:
             with self._lock:
+                self._begin_queued()
                 if self._inflight is not None:
                     self._finish(self._inflight)
                 self._open_write(layout_of_file(path, header))
@@ -478,6 +491,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         everything; raises what failed in the background (copy-out first)."""
         with self._lock:
             err = None
+            self._begin_queued()
             if self._inflight is not None:
                 self._finish(self._inflight)
             self._delete_pipeline()

@@ -166,25 +166,31 @@ def test_default_stream_busy(src):
         return same(want, s.load())
 
 
-def test_train_every_step():
+def test_train_every_step(on_busy="wait", src="direct"):
     """12 steps, a checkpoint of each, the optimizer's update waiting stream-ordered; the
-    two newest checkpoints (both slots) equal the states they were taken from."""
+    two newest checkpoints (both slots) equal the states they were taken from.
+    on_busy='queue': each save after the first begins in the store's thread, its copies
+    on the store's stream ordered after the event of its call."""
     m = model()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     x = torch.randn(256, 512, device=dev)
     m(x).square().mean().backward()
     opt.step()  # the optimizer's state exists from the first checkpoint on (one layout)
     snaps = {}
-    with pmckpt.Store(name="gpu-every", ramdisk=D) as s:
+    queued = 0
+    with pmckpt.Store(name=f"gpu-every-{on_busy}-{src}", ramdisk=D, on_busy=on_busy,
+                      gpu_source=src) as s:
         pmckpt.hook_optimizer(opt, s)
         for step in range(1, 13):
             m(x).square().mean().backward()
             st = {"model": m.state_dict(), "optim": opt.state_dict(), "step": step}
             snaps[step] = clone(st)
-            s.save_async(st, step)
+            queued += s.save_async(st, step)._queued is not None
             opt.step()
             opt.zero_grad()
         s.wait()
+        if on_busy == "queue" and queued < 6:
+            return f"only {queued} of 12 saves were queued behind one in flight"
         for step in (11, 12):
             r = same(snaps[step], s.load(step=step))
             if r:
@@ -256,6 +262,9 @@ for src in SOURCES:
           "the checkpoint up", test_default_stream_busy, src)
 T.run("every step with hook_optimizer (stream-ordered waits): the newest checkpoints bit-exact",
       test_train_every_step)
+for src in ("direct", "snapshot"):
+    T.run(f"on_busy='queue', {src}: every step with hook_optimizer, saves begun by the "
+          "store's thread: the newest checkpoints bit-exact", test_train_every_step, "queue", src)
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)

@@ -309,6 +309,65 @@ def test_hook_waits_only_own_layers():
         return f"forward waited for {log[1:]}, the BatchNorm layers are {bn}"
 
 
+def test_queue_policy():
+    """on_busy='queue': save_async returns at once while a checkpoint is in flight,
+    and begins when that one has committed.  Every checkpoint equals the state
+    at its call, the hook waiting for a queued one to begin and for its layers;
+    a failure to begin is the queued save's own; close() begins and ends it."""
+    m = big_model()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    x = torch.randn(8, 1024)
+    m(x).square().mean().backward()
+    opt.step()
+    snaps, queued = {}, 0
+    with pmckpt.Store(name="queue", ramdisk=D, on_busy="queue") as s:
+        hook = pmckpt.hook_optimizer(opt, s)
+        for step in range(1, 9):
+            m(x).square().mean().backward()
+            st = {"model": m.state_dict(), "optim": opt.state_dict(), "step": step,
+                  "note": ["at the call"]}
+            snaps[step] = clone(st)
+            h = s.save_async(st, step)
+            queued += h._queued is not None
+            st["note"][0] = "changed after the call"  # captured at the call: not saved
+            opt.step()  # waits (hook) for the queued save to begin, then for its layers
+            opt.zero_grad()
+            if step % 3 == 0:
+                h.wait()
+        s.wait()
+        hook.remove()
+        if queued < 4:
+            return f"only {queued} of 8 saves were queued behind one in flight"
+        for step in s.slot_steps():
+            r = same(snaps[step], s.load(step=step), check_strides=False)
+            if r:
+                return f"step {step}: {r}"
+        T.diag(f"{queued} of 8 saves queued; slots hold {s.slot_steps()}")
+        def full(step, **extra):
+            return {"model": m.state_dict(), "optim": opt.state_dict(), "step": step, **extra}
+        s.save_async(full(9), 9)
+        h = s.save_async(full(10, blob="x" * (200 << 10)), 10)  # over meta_capacity
+        if h._queued is None:
+            return "the save behind step 9 was not queued"
+        try:
+            h.wait()
+            return "a queued save whose metadata does not fit did not fail"
+        except pmckpt.MetadataTooLargeError as e:
+            T.diag(f"queued save's own failure: {e}")
+        s.wait()  # the failure was the queued save's, not the store's
+        s.save_async(full(11), 11)
+        s.save_async(full(12), 12)
+    with pmckpt.Store(name="queue", ramdisk=D) as s:
+        if s.slot_steps() != [11, 12]:
+            return f"after close with a save queued the slots hold {s.slot_steps()}, not [11, 12]"
+    try:
+        pmckpt.Store(name="q", ramdisk=D, on_busy="queue", group=object())
+    except ValueError as e:
+        T.diag(f"ValueError: {e}")
+        return None
+    return "on_busy='queue' with a group was accepted"
+
+
 def test_skip_policy():
     torch.manual_seed(5)
     st = {"model": {f"w{i}": torch.randn(1024, 1024) for i in range(16)}}  # 64 MiB
@@ -859,6 +918,8 @@ T.run("a CUDA state's host tensors are packed into one buffer, each at its align
       test_pack_host)
 T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
       test_hook_waits_only_own_layers)
+T.run("on_busy='queue': save_async returns at once, the checkpoint begins when the one "
+      "in flight ends, each equal to its state", test_queue_policy)
 T.run("on_busy='skip' skips a checkpoint while one is in flight, keeping the last",
       test_skip_policy)
 T.run("unsupported objects: nothing written, the previous checkpoint loads", test_unsupported)
