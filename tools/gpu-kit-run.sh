@@ -7,6 +7,8 @@
 # bench:  bench_gpu.py (make bench-gpu: save and load against pinned D2H/H2D, the stall
 #         against DCP's, bench_train.py at batch 8 and 32) and pmck-pipebench --gpu-only.
 # GPU_KIT_BENCH_ARGS: extra arguments of bench_gpu.py (e.g. --no-train).
+# GPU_KIT_TIMEOUT_PIPELINE, GPU_KIT_TIMEOUT_TESTS: seconds for gpu_pipeline (180) and
+# test_gpu.py (300): shorter where a hang must not eat a short lease.
 # Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
 K=$(cd "$(dirname "$0")" && pwd)
 what=${1:-all}
@@ -40,12 +42,12 @@ py() {
 
 if [ "$what" != bench ]; then
 	step tests/gpu_pipeline
-	LD_LIBRARY_PATH=$K/lib timeout 180 "$K/bin/gpu_pipeline" >"$OUT/gpu_pipeline.tap" 2>&1
+	LD_LIBRARY_PATH=$K/lib timeout "${GPU_KIT_TIMEOUT_PIPELINE:-180}" "$K/bin/gpu_pipeline" >"$OUT/gpu_pipeline.tap" 2>&1
 	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/gpu_pipeline.tap"; tail -1 "$OUT/gpu_pipeline.tap"
 	step "wheel: --version"
 	py 60 -m pmckpt --version
 	step "wheel: test_gpu.py"
-	py 300 test_gpu.py >"$OUT/test_gpu.tap" 2>&1
+	py "${GPU_KIT_TIMEOUT_TESTS:-300}" test_gpu.py >"$OUT/test_gpu.tap" 2>&1
 	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/test_gpu.tap"
 fi
 if [ "$what" != checks ]; then

@@ -392,7 +392,10 @@ class _Pipeline:
             self._ensure_pipeline(source, device)
             rc = lib.pmck_pipeline_begin(self._pipe, step)
             if rc == _lib.PMCK_SKIPPED:
-                return SaveHandle(self, step, entries, None, skipped=True)
+                if handle is None:
+                    return SaveHandle(self, step, entries, None, skipped=True)
+                handle.skipped = handle._done = True
+                return handle
             self._check_global(rc, f"checkpoint of step {step}")
             if prev is not None:
                 self._settle(prev)  # on_busy='skip': it ended before this begin
@@ -474,17 +477,22 @@ class _Pipeline:
                     stream = self._queue_streams[q.prep.gpu] = torch.cuda.Stream(q.prep.gpu)
                 stream.wait_event(q.ready)
                 with torch.cuda.stream(stream):
-                    self._start(q.prep, q.step, pending=q.pending, handle=h)
-                    self._put_meta(h, q.prep.doc, blob=q.prep.blob)
+                    self._begin_now(q)
             else:
-                self._start(q.prep, q.step, pending=q.pending, handle=h)
-                self._put_meta(h, q.prep.doc, blob=q.prep.blob)
+                self._begin_now(q)
         except Exception as err:  # noqa: BLE001 -- the save's failure, raised by its wait()
             if not h._done:
                 h._done, h._keep = True, None
                 h._error = err if isinstance(err, Error) else Error(
                     f"checkpoint of step {q.step} could not begin: {err}")
             q.pending.release(h._error)
+
+    def _begin_now(self, q):
+        h = self._start(q.prep, q.step, pending=q.pending, handle=q.handle)
+        if h.skipped:
+            q.pending.release()
+        else:
+            self._put_meta(h, q.prep.doc, blob=q.prep.blob)
 
     def _put_meta(self, h, doc, binary=b"", blob=None):
         """Queues the metadata blob, the checkpoint's last layer: it commits after it.
