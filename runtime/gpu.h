@@ -59,10 +59,15 @@ int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream);
 
 /*
  * Bytes per sub-copy by default: a job's sub-copies are all in flight at
- * once, and each is hashed as it lands.  $PMCK_GPU_SUB_MIB (1 to 8) sets
+ * once, and each is hashed as it lands.  The DMA strategies (direct, and
+ * the snapshot's copy out) take PMCK_GPU_SUB_DMA: in one sweep on an H200
+ * (pmck-pipebench, 1/2/4/8 MiB) direct reached 0.95/0.99/1.01/1.00 of a
+ * pinned D2H and the snapshot 0.91/0.94/0.95/0.95, while the copy kernel
+ * fell from 0.98 at 2 MiB to 0.95 at 4.  $PMCK_GPU_SUB_MIB (1 to 8) sets
  * another size for the pipelines made from then on (pipeline.c).
  */
 #define PMCK_GPU_SUB ((size_t)2 << 20)
+#define PMCK_GPU_SUB_DMA ((size_t)4 << 20)
 #define PMCK_GPU_MAX_SUB 8
 
 enum pmck_gpu_copy {

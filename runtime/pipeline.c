@@ -30,6 +30,8 @@
 #define PIECE (8 * PMCK_HASH_CHUNK)
 #define MAX_THREADS 64
 _Static_assert(PIECE <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB, "a GPU job's sub-copies");
+_Static_assert(PMCK_GPU_SUB_DMA % PMCK_HASH_CHUNK == 0 && PMCK_GPU_SUB_DMA <= PIECE,
+		"DMA sub-copies land hash-chunk aligned, within a piece");
 _Static_assert(PMCK_GPU_SUB % PMCK_HASH_CHUNK == 0, "sub-copies land hash-chunk aligned");
 _Static_assert(PIECE <= PMCK_HASH_CHUNK * PMCK_GPU_MAX_SUB, "$PMCK_GPU_SUB_MIB=1 fits a piece");
 _Static_assert(PMCK_HASH_CHUNK == (size_t)1 << 20, "$PMCK_GPU_SUB_MIB counts hash chunks");
@@ -399,14 +401,18 @@ index_layers(struct pmck_pipeline *p)
 	return 0;
 }
 
-/* The sub-copy size: PMCK_GPU_SUB, or $PMCK_GPU_SUB_MIB whole MiB (1 to 8), for tuning. */
+/*
+ * The sub-copy size: PMCK_GPU_SUB_DMA for the DMA strategies, PMCK_GPU_SUB for
+ * the others (gpu.h says why), or $PMCK_GPU_SUB_MIB whole MiB (1 to 8), for tuning.
+ */
 static int
-gpu_sub_size(size_t *sub)
+gpu_sub_size(enum pmck_source source, size_t *sub)
 {
 	const char *e = getenv("PMCK_GPU_SUB_MIB");
 	char *end;
 
-	*sub = PMCK_GPU_SUB;
+	*sub = source == PMCK_SOURCE_GPU_DIRECT || source == PMCK_SOURCE_GPU_SNAPSHOT ?
+			PMCK_GPU_SUB_DMA : PMCK_GPU_SUB;
 	if (!e || !*e)
 		return 0;
 	errno = 0;
@@ -423,7 +429,7 @@ open_gpu(struct pmck_pipeline *p)
 {
 	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
 			pmck_store_data_size(p->store) : 0;
-	int ret = gpu_sub_size(&p->gpu_sub);
+	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (ret)
 		return ret;
 	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,

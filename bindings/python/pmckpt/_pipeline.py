@@ -18,7 +18,8 @@ import torch
 
 from . import _lib
 from ._lib import lib, check
-from ._state import FORMAT, Flattener, Layout, blob_capacity, make_blob, module_prefix
+from ._state import (FORMAT, Flattener, Layout, assign_entry_layers, blob_capacity, make_blob,
+                     module_prefix)
 from .errors import Error, MetadataTooLargeError, error_for
 
 
@@ -311,6 +312,9 @@ class _Pipeline:
             raise TypeError("a state_dict is a dict")
         fl = Flattener()
         tree = fl.encode(state_dict)
+        # Layers now, not at the begin: a queued save's handle (on_busy='queue') maps
+        # each source to its layer for the hooks before the checkpoint begins.
+        assign_entry_layers(fl.entries)
         gpu_path = fl.cuda_device is not None and self._gpu_path(fl.cuda_device)
         if fl.cuda_device is not None and not gpu_path:
             fl.stage_cuda()

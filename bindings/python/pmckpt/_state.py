@@ -79,6 +79,12 @@ def assign_layers(names):
     return layers
 
 
+def assign_entry_layers(entries):
+    """Sets each entry's layer (assign_layers of their names)."""
+    for e, layer in zip(entries, assign_layers([e.name for e in entries])):
+        e.layer = layer
+
+
 class Entry:
     """One store tensor: where its bytes come from and how it is declared."""
     __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy")
@@ -420,9 +426,7 @@ class Layout:
 
     @classmethod
     def of(cls, entries, capacity):
-        names = [e.name for e in entries]
-        for e, layer in zip(entries, assign_layers(names)):
-            e.layer = layer
+        """The layout of entries whose layers are assigned (assign_entry_layers)."""
         last = entries[-1].layer + 1 if entries else 0
         rows = [(e.name, e.code, e.shape, e.layer) for e in entries]
         rows.append((META_NAME, _lib.DT_BYTES, (capacity,), last))

@@ -314,13 +314,16 @@ def test_queue_policy():
     and begins when that one has committed.  Every checkpoint equals the state
     at its call, the hook waiting for a queued one to begin and for its layers;
     a failure to begin is the queued save's own; close() begins and ends it."""
-    m = big_model()
+    torch.manual_seed(4)
+    # 400 MB of state and one writer: the writes outlast an optimizer step, so one
+    # that did not wait for every layer of the queued save would be caught.
+    m = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])
     opt = torch.optim.Adam(m.parameters(), lr=1e-4)
-    x = torch.randn(8, 1024)
+    x = torch.randn(8, 2048)
     m(x).square().mean().backward()
     opt.step()
     snaps, queued = {}, 0
-    with pmckpt.Store(name="queue", ramdisk=D, on_busy="queue") as s:
+    with pmckpt.Store(name="queue", ramdisk=D, on_busy="queue", threads=1) as s:
         hook = pmckpt.hook_optimizer(opt, s)
         for step in range(1, 9):
             m(x).square().mean().backward()
