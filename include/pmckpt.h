@@ -392,10 +392,13 @@ struct pmck_pipeline_opts {
  * pmck_pipeline_new -- starts the writer threads for store s (which must
  * outlive the pipeline; no other writer may use it meanwhile).  opts may
  * be NULL (host sources, 2 threads, wait when busy).  GPU sources register
- * the whole region with cudaHostRegister (Mapped|Portable).
- * Errors: -EINVAL, -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path
- * unavailable: built without CUDA, no driver or no device; the message
- * says which).
+ * the whole region with cudaHostRegister (Mapped|Portable).  They copy
+ * in sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged);
+ * the environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8)
+ * sets another size, for tuning (docs/gpu.md).
+ * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, named in the message),
+ * -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path unavailable: built without
+ * CUDA, no driver or no device; the message says which).
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);
