@@ -24,10 +24,11 @@ the state's crossing at the pinned D2H speed measured above
 (gpu_train_state_d2h_b8).
 
 Each figure is the median of --reps repetitions (the training ratios: of
---train-reps, 8 measured steps after 3 of warm-up each).  --device cpu runs the same
-code on host tensors (with unpinned baselines): a dry run of the script, not
-a figure.  Usage: bench_gpu.py [--mb N] [--reps N] [--train-reps N] [--no-train]
-[--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
+--train-reps, 10 measured steps after 3 of warm-up each: the every-10
+configurations checkpoint once in them, the every-step ones 10 times).
+--device cpu runs the same code on host tensors (with unpinned baselines): a
+dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
+[--train-reps N] [--no-train] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
 import os
 import statistics
@@ -188,7 +189,7 @@ def main():
         if not configs:
             continue
         out = subprocess.run([sys.executable, os.path.join(HERE, "bench_train.py"), "--device",
-                              a.device, "--ranks", "0", "--batch", batch, "--steps", "8",
+                              a.device, "--ranks", "0", "--batch", batch, "--steps", "10",
                               "--warmup", "3", "--reps", str(a.train_reps), "--configs",
                               configs],
                              capture_output=True, text=True)
