@@ -457,6 +457,13 @@ class _Pipeline:
                 t.start()
                 return h
 
+    def _settle_inflight(self):
+        """With the lock held: begins the queued save, if any, then waits for the
+        checkpoint in flight to end, so that the slots hold still."""
+        self._begin_queued()
+        if self._inflight is not None:
+            self._finish(self._inflight)
+
     def _run_queued(self, q):
         with self._lock:
             if self._queued is q:

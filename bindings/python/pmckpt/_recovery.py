@@ -156,9 +156,7 @@ class _Recovery:
         if len(devs) != 1:
             return None
         dev = devs.pop()
-        self._begin_queued()
-        if self._inflight is not None:
-            self._finish(self._inflight)  # the slots hold still from here on
+        self._settle_inflight()
         if self._h is None:
             self._h = self._open_existing()
         if self._h is None:
@@ -215,9 +213,7 @@ class _Recovery:
 
     def _recover(self):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir)."""
-        self._begin_queued()
-        if self._inflight is not None:
-            self._finish(self._inflight)
+        self._settle_inflight()
         if self._coll is not None:
             return self._recover_global()
         self._check_shared_dir()
@@ -278,9 +274,7 @@ class _Recovery:
 
     def _recover_step(self, step):
         """Makes `step` readable from a local slot (load(step=))."""
-        self._begin_queued()
-        if self._inflight is not None:
-            self._finish(self._inflight)
+        self._settle_inflight()
         if self._h is None:
             self._h = self._open_existing()
         if self._h is None:

@@ -366,9 +366,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     def _settled_store(self):
         """The open store after the checkpoint in flight has ended (opened if it exists),
         or None: no store.  Called with the lock held."""
-        self._begin_queued()
-        if self._inflight is not None:
-            self._finish(self._inflight)
+        self._settle_inflight()
         if self._h is None:
             self._h = self._open_existing()
         return self._h
@@ -440,9 +438,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         header = read_header(path)
         if META_NAME in header:
             with self._lock:
-                self._begin_queued()
-                if self._inflight is not None:
-                    self._finish(self._inflight)
+                self._settle_inflight()
                 self._open_write(layout_of_file(path, header))
                 self._delete_pipeline()  # no other writer while a pipeline exists
                 if step is None:
@@ -491,9 +487,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         everything; raises what failed in the background (copy-out first)."""
         with self._lock:
             err = None
-            self._begin_queued()
-            if self._inflight is not None:
-                self._finish(self._inflight)
+            self._settle_inflight()
             self._delete_pipeline()
             if self._partner:
                 err = self._delete_partner()
