@@ -307,34 +307,43 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 self._recover_step(int(step))
             else:
                 early = self._start_early_copies(targets)  # crossing while recovery verifies
-                self._recover()
-                if early is not None and not early.matches(self.last_recovery):
-                    early = None  # recovery chose another checkpoint: its copies go unused
-            doc, _ = self._read_blob()
-            if doc.get("kind") != "state_dict":
-                raise Error(f"store '{self.name}' holds a DCP checkpoint: load it with "
-                            "torch.distributed.checkpoint.load and pmckpt.dcp.StorageReader")
-            infos = doc.get("tensors", {})
-            extra = sorted(set(targets) - set(tree_names(doc["tree"])))
-            if extra:
-                raise LayoutError(f"into= has tensor '{extra[0]}', which the checkpoint of "
-                                  f"step {doc['step']} does not")
-            tensors = {}
-            copier = Copier(parallel=into is not None or parallel_fresh())
-            self._map_for_loads(targets, infos, map_location)
-            for name in tree_names(doc["tree"]):
-                info = infos.get(name, {})
-                dst = targets.get(name)
-                if early is not None and early.take(name, info, dst):
-                    tensors[name] = dst
-                    continue
-                tensors[name] = self._load_tensor(name, info, dst, map_location, copier)
-            if early is not None:
-                early.finish()  # verified: from the scratch buffer into the tensors
-                self.last_recovery["early_bytes"] = early.nbytes
-            copier.run()
-            if early is not None:
-                early.synchronize()
+            try:
+                return self._load_recovered(early, step, targets, into, map_location)
+            finally:
+                if early is not None:
+                    early.synchronize()  # its copies read the region: done before anything else
+
+    def _load_recovered(self, early, step, targets, into, map_location):
+        """load()'s rest, with the lock held: recovery (unless load(step=) did it),
+        then the copies out of the readable checkpoint; early: the copies started
+        before verification (_EarlyCopies), used if recovery chose their slot."""
+        if step is None:
+            self._recover()
+            if early is not None and not early.matches(self.last_recovery):
+                early = None  # recovery chose another checkpoint: its copies go unused
+        doc, _ = self._read_blob()
+        if doc.get("kind") != "state_dict":
+            raise Error(f"store '{self.name}' holds a DCP checkpoint: load it with "
+                        "torch.distributed.checkpoint.load and pmckpt.dcp.StorageReader")
+        infos = doc.get("tensors", {})
+        extra = sorted(set(targets) - set(tree_names(doc["tree"])))
+        if extra:
+            raise LayoutError(f"into= has tensor '{extra[0]}', which the checkpoint of "
+                              f"step {doc['step']} does not")
+        tensors = {}
+        copier = Copier(parallel=into is not None or parallel_fresh())
+        self._map_for_loads(targets, infos, map_location)
+        for name in tree_names(doc["tree"]):
+            info = infos.get(name, {})
+            dst = targets.get(name)
+            if early is not None and early.take(name, info, dst):
+                tensors[name] = dst
+                continue
+            tensors[name] = self._load_tensor(name, info, dst, map_location, copier)
+        if early is not None:
+            early.finish()  # verified: from the scratch buffer into the tensors
+            self.last_recovery["early_bytes"] = early.nbytes
+        copier.run()
         return Decoder(tensors.__getitem__).decode(doc["tree"])
 
     def _map_for_loads(self, targets, infos, map_location):
