@@ -373,7 +373,9 @@ def test_queue_policy():
 
 def test_skip_policy():
     torch.manual_seed(5)
-    st = {"model": {f"w{i}": torch.randn(1024, 1024) for i in range(16)}}  # 64 MiB
+    # 256 MiB: the first checkpoint is still being written when the second call comes,
+    # even on a loaded 2-core machine (64 MiB once was not)
+    st = {"model": {f"w{i}": torch.randn(2048, 2048) for i in range(16)}}
     with pmckpt.Store(name="skip", ramdisk=D, on_busy="skip") as s:
         h1 = s.save_async(st, 1)
         h2 = s.save_async(st, 2)  # at once: the first is still being written
