@@ -299,8 +299,8 @@ class _QueuedSave:
     begins (on_busy='queue'): begun by a thread of its own, or by whichever
     call of the store needs it begun first."""
 
-    def __init__(self, prep, step, handle, pending, ready):
-        self.prep, self.step, self.handle, self.pending = prep, step, handle, pending
+    def __init__(self, prep, handle, pending, ready):
+        self.prep, self.handle, self.pending = prep, handle, pending
         self.ready = ready  # CUDA event on the caller's stream when it was queued, or None
 
 
@@ -439,10 +439,7 @@ class _Pipeline:
                 self._begin_queued()  # one queued at most: the one before begins now
                 prev = self._inflight
                 if prev is None or prev._done:
-                    h = self._start(prep, step)
-                    if not h.skipped:
-                        self._put_meta(h, prep.doc, blob=prep.blob)
-                    return h
+                    return self._begin(prep)
                 ready = None
                 if prep.gpu is not None:
                     ready = torch.cuda.Event()
@@ -450,7 +447,7 @@ class _Pipeline:
                 h = SaveHandle(self, step, prep.entries, None)
                 pending = self._mark_pending(f"queued save_async of step {step}")
                 h._queued = pending
-                q = self._queued = _QueuedSave(prep, step, h, pending, ready)
+                q = self._queued = _QueuedSave(prep, h, pending, ready)
                 t = threading.Thread(target=self._run_queued, args=(q,), daemon=True,
                                      name=f"pmckpt-queue-{self.name}")
                 pending.bind(t)
@@ -482,28 +479,32 @@ class _Pipeline:
         self._queued = None
         h = q.handle
         try:
+            on_stream = contextlib.nullcontext()
             if q.ready is not None:
                 stream = self._queue_streams.get(q.prep.gpu)
                 if stream is None:
                     stream = self._queue_streams[q.prep.gpu] = torch.cuda.Stream(q.prep.gpu)
                 stream.wait_event(q.ready)
-                with torch.cuda.stream(stream):
-                    self._begin_now(q)
-            else:
-                self._begin_now(q)
+                on_stream = torch.cuda.stream(stream)
+            with on_stream:
+                self._begin(q.prep, pending=q.pending, handle=h)
         except Exception as err:  # noqa: BLE001 -- the save's failure, raised by its wait()
             if not h._done:
                 h._done, h._keep = True, None
                 h._error = err if isinstance(err, Error) else Error(
-                    f"checkpoint of step {q.step} could not begin: {err}")
+                    f"checkpoint of step {h.step} could not begin: {err}")
             q.pending.release(h._error)
 
-    def _begin_now(self, q):
-        h = self._start(q.prep, q.step, pending=q.pending, handle=q.handle)
+    def _begin(self, prep, pending=None, handle=None):
+        """Begins the checkpoint of prep (_start) and queues its metadata (_put_meta):
+        save_async's, and a queued save's.  Returns its handle."""
+        h = self._start(prep, prep.doc["step"], pending=pending, handle=handle)
         if h.skipped:
-            q.pending.release()
+            if pending is not None:
+                pending.release()
         else:
-            self._put_meta(h, q.prep.doc, blob=q.prep.blob)
+            self._put_meta(h, prep.doc, blob=prep.blob)
+        return h
 
     def _put_meta(self, h, doc, binary=b"", blob=None):
         """Queues the metadata blob, the checkpoint's last layer: it commits after it.

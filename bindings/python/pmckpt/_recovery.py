@@ -185,14 +185,15 @@ class _Recovery:
             return None
         # The slot holds the tensors in store order: neighbours cross as one copy.
         rows.sort(key=lambda r: r[0])
-        runs = []  # [first address, end address, offset in scratch]
-        for addr, n, _, _ in rows:
+        runs, placed, size = [], {}, 0  # runs: [first address, end address, offset in scratch]
+        for addr, n, name, t in rows:
             if runs and addr - runs[-1][1] <= _EARLY_GAP:
                 runs[-1][1] = max(runs[-1][1], addr + n)
             else:
-                size = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
+                size += runs[-1][1] - runs[-1][0] if runs else 0
                 runs.append([addr, addr + n, size])
-        size = runs[-1][2] + runs[-1][1] - runs[-1][0]
+            placed[name] = (t, runs[-1][2] + addr - runs[-1][0], n)
+        size += runs[-1][1] - runs[-1][0]
         try:
             if dev.type == "cuda" and mode == "auto":
                 free = torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - \
@@ -200,15 +201,10 @@ class _Recovery:
                 if size > free - free // 8:
                     return None  # the training's memory comes first
             scratch = torch.empty(size, dtype=torch.uint8, device=dev)
-        except (RuntimeError, torch.cuda.OutOfMemoryError):
+        except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
         for first, end, off in runs:
             scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
-        placed, r = {}, 0
-        for addr, n, name, t in rows:
-            while addr >= runs[r][1]:
-                r += 1
-            placed[name] = (t, runs[r][2] + addr - runs[r][0], n)
         return _EarlyCopies(k, steps[k], scratch, placed)
 
     def _recover(self):

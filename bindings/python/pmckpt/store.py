@@ -232,11 +232,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         if self.on_busy == "queue":
             return self._save_queued(state_dict, step)
         with gc_paused():
-            prep = self._prepare(state_dict, step)
-            h = self._start(prep, step)
-            if not h.skipped:
-                self._put_meta(h, prep.doc, blob=prep.blob)
-        return h
+            return self._begin(self._prepare(state_dict, step))
 
     def save(self, state_dict, step):
         """Writes checkpoint `step` of state_dict; returns once it is committed
@@ -257,15 +253,16 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         flight (layer-wise): call before modifying them in place.  A save staged
         without a copy (pmckpt.dcp.StorageWriter(staging="none")) and not begun yet
         is waited for until it has begun, then for its layers."""
+        waited = None
         if self._pending:
             tensors = list(tensors)
             for p in list(self._pending):
-                h = p.wait_begun()
-                if h is not None and not h.done:
-                    h.wait_for(tensors)
+                waited = p.wait_begun()
+                if waited is not None and not waited.done:
+                    waited.wait_for(tensors)
         h = self._inflight
-        if h is not None and not h.done:
-            h.wait_for(tensors)
+        if h is not None and h is not waited and not h.done:
+            h.wait_for(tensors)  # once a pending save has begun it is the one in flight
 
     @property
     def pending(self):
