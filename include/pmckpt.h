@@ -468,11 +468,18 @@ int pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer,
 
 /*
  * pmck_pipeline_put_layers_stream -- pmck_pipeline_put_layer_stream of
- * layers[0], layers[1], ... layers[n - 1] in that order, in one call: a
- * state of hundreds of layers put by a binding (Python's save_async) costs
- * one crossing into the library instead of one per layer.  Stops at the
- * first layer that fails and returns its error (the layers before it are
- * put, as with separate calls); PMCK_SKIPPED if the checkpoint is skipped.
+ * layers[0], layers[1], ... layers[n - 1] (queued in that order) in one
+ * call: a state of hundreds of layers put by a binding (Python's
+ * save_async) costs one crossing into the library instead of one per
+ * layer, and on the GPU one event on cuda_stream for all of them (strategy
+ * G: one snapshot kernel for all their tensors, rather than copies per
+ * layer).  The layers' copies then wait for that one event, and
+ * pmck_pipeline_wait_layer_stream of any of them (G) for the whole
+ * snapshot.  All or nothing on bad input: -EINVAL, and no layer put, if
+ * no checkpoint is begun or a layer has no tensor, is put already or is
+ * listed twice.  PMCK_SKIPPED if the checkpoint is skipped; -EIO from
+ * CUDA fails the checkpoint (its layers count as put; pmck_pipeline_wait
+ * returns the error).  n == 0 puts nothing.
  */
 int pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
 		const void *const *srcs, void *cuda_stream);

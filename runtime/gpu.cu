@@ -28,14 +28,29 @@ struct pmck_gpu {
 	size_t size;
 	char *dev_base;        /* the region as the GPU sees it */
 	int registered;
-	cudaEvent_t *ready;    /* per layer: recorded on the caller's stream at put_layer */
+	/* Events indexed by the first layer of a put (a put of several layers shares one) */
+	cudaEvent_t *ready;    /* recorded on the caller's stream at the put */
 	cudaEvent_t *done;     /* per job: its copy has read its source */
 	unsigned nready;
 	size_t ndone;
 	char *snapshot;        /* strategy G: spare device memory, one slot's size */
 	cudaStream_t snap_stream;
-	cudaEvent_t *snapped;  /* per layer: its snapshot copies are done */
+	cudaEvent_t *snapped;  /* the put's snapshot copies are done */
 	unsigned nsnapped;
+	/* Strategy G's copy lists: filled on the host, copied to the device, read by the kernel */
+	struct snap_copy *copies_host; /* pinned */
+	struct snap_copy *copies_dev;
+	size_t ncopies, copies_used;   /* room, and used by this checkpoint's snapshots */
+	cudaEvent_t copies_read;       /* the last list copied to the device */
+	int copies_pending;            /* copies_read recorded since the last snapshot_begin */
+	int snap_blocks;               /* the snapshot kernel's grid: 4 blocks per SM */
+};
+
+/* One piece of a snapshot: at most PMCK_GPU_SNAP_PIECE bytes, one thread block's work. */
+struct snap_copy {
+	const char *src;
+	char *dst;
+	size_t len;
 };
 
 struct pmck_gpu_stream {
@@ -123,7 +138,8 @@ make_events(cudaEvent_t **ev, size_t want, size_t *made)
 }
 
 static int
-open_locked(struct pmck_gpu *g, size_t snapshot_bytes, unsigned nlayers, size_t njobs)
+open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t ntensors, unsigned nlayers,
+		size_t njobs)
 {
 	CUDA_TRY(cudaHostRegister(g->host_base, g->size,
 			cudaHostRegisterMapped | cudaHostRegisterPortable));
@@ -143,6 +159,15 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, unsigned nlayers, size_t 
 		return ret;
 	CUDA_TRY(cudaMalloc((void **)&g->snapshot, snapshot_bytes));
 	CUDA_TRY(cudaStreamCreateWithFlags(&g->snap_stream, cudaStreamNonBlocking));
+	/* Each tensor in pieces of PMCK_GPU_SNAP_PIECE: at most one more piece than whole ones. */
+	g->ncopies = snapshot_bytes / PMCK_GPU_SNAP_PIECE + ntensors;
+	CUDA_TRY(cudaHostAlloc((void **)&g->copies_host, g->ncopies * sizeof(struct snap_copy),
+			cudaHostAllocPortable));
+	CUDA_TRY(cudaMalloc((void **)&g->copies_dev, g->ncopies * sizeof(struct snap_copy)));
+	CUDA_TRY(cudaEventCreateWithFlags(&g->copies_read, cudaEventDisableTiming));
+	int sms = 0;
+	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->device));
+	g->snap_blocks = 4 * (sms > 0 ? sms : 1);
 	made = 0;
 	ret = make_events(&g->snapped, nlayers, &made);
 	g->nsnapped = (unsigned)made;
@@ -150,8 +175,8 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, unsigned nlayers, size_t 
 }
 
 extern "C" int
-pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned nlayers,
-		size_t njobs, struct pmck_gpu **out)
+pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
+		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
 {
 	int ret = pmck_gpu_available(device);
 
@@ -166,7 +191,7 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned
 	g->size = pma_region_size(r);
 	*out = g;
 	DEVICE_SCOPE(g);
-	return open_locked(g, snapshot_bytes, nlayers, njobs);
+	return open_locked(g, snapshot_bytes, ntensors, nlayers, njobs);
 }
 
 extern "C" void
@@ -186,6 +211,10 @@ pmck__gpu_close(struct pmck_gpu **gp)
 			cudaEventDestroy(g->snapped[l]);
 		if (g->snap_stream)
 			cudaStreamDestroy(g->snap_stream);
+		if (g->copies_read)
+			cudaEventDestroy(g->copies_read);
+		cudaFreeHost(g->copies_host);
+		cudaFree(g->copies_dev);
 		cudaFree(g->snapshot);
 		if (g->registered)
 			cudaHostUnregister(g->host_base);
@@ -229,12 +258,12 @@ pmck__gpu_stream_delete(struct pmck_gpu_stream **wsp)
 }
 
 extern "C" int
-pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream)
+pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 {
 	DEVICE_SCOPE(g);
-	CUDA_TRY(cudaEventRecord(g->ready[layer], caller_stream(stream)));
+	CUDA_TRY(cudaEventRecord(g->ready[event], caller_stream(stream)));
 	if (g->snap_stream)
-		CUDA_TRY(cudaStreamWaitEvent(g->snap_stream, g->ready[layer], 0));
+		CUDA_TRY(cudaStreamWaitEvent(g->snap_stream, g->ready[event], 0));
 	return 0;
 }
 
@@ -281,19 +310,19 @@ enqueue_copy(struct pmck_gpu_stream *ws, enum pmck_gpu_copy how, char *dst, cons
 }
 
 extern "C" int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
 		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
 		size_t job, unsigned *nsub)
 {
 	struct pmck_gpu *g = ws->g;
 
 	*nsub = 0;
-	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->ndone || layer >= g->nready)
-		return pmck__err(-EINVAL, "GPU path: a copy of %zu bytes (job %zu, layer %u)", len,
-				job, layer);
+	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->ndone || event >= g->nready)
+		return pmck__err(-EINVAL, "GPU path: a copy of %zu bytes (job %zu, event %u)", len,
+				job, event);
 	/* On the GPU: after the work that produced the sources (or their snapshot). */
-	CUDA_TRY(cudaStreamWaitEvent(ws->stream, from_snapshot ? g->snapped[layer] :
-			g->ready[layer], 0));
+	CUDA_TRY(cudaStreamWaitEvent(ws->stream, from_snapshot ? g->snapped[event] :
+			g->ready[event], 0));
 	for (size_t off = 0; off < len; off += sub) {
 		size_t n = len - off < sub ? len - off : sub;
 		int ret = enqueue_copy(ws, how, (char *)dst + off, (const char *)src + off, n);
@@ -315,13 +344,13 @@ pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 }
 
 extern "C" int
-pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_layer, size_t first,
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
 		size_t n)
 {
 	DEVICE_SCOPE(g);
 	cudaStream_t s = caller_stream(stream);
-	if (snapshot_layer >= 0) {
-		CUDA_TRY(cudaStreamWaitEvent(s, g->snapped[snapshot_layer], 0));
+	if (snapshot_event >= 0) {
+		CUDA_TRY(cudaStreamWaitEvent(s, g->snapped[snapshot_event], 0));
 		return 0;
 	}
 	for (size_t j = first; j < first + n && j < g->ndone; j++)
@@ -344,27 +373,102 @@ pmck__gpu_host_free(struct pmck_gpu *g, void *p)
 	cudaFreeHost(p);
 }
 
+/*
+ * Strategy G's snapshot: each thread block copies whole pieces of the list,
+ * 16-byte words four at a time where source and destination allow it (a
+ * tensor's storage and the snapshot's offsets are 16-aligned, views may not
+ * be), else 4-byte words, else bytes.
+ */
+__global__ void
+copy_snapshot_pieces(const struct snap_copy *__restrict__ list, size_t n)
+{
+	for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const char *src = list[i].src;
+		char *dst = list[i].dst;
+		size_t len = list[i].len, step = blockDim.x, k = threadIdx.x, done = 0;
+		uintptr_t align = (uintptr_t)src | (uintptr_t)dst;
+		if (align % 16 == 0) {
+			const uint4 *s = (const uint4 *)src;
+			uint4 *d = (uint4 *)dst;
+			size_t words = len / 16;
+			for (; k + 3 * step < words; k += 4 * step) {
+				uint4 a = s[k], b = s[k + step], c = s[k + 2 * step], e = s[k + 3 * step];
+				d[k] = a;
+				d[k + step] = b;
+				d[k + 2 * step] = c;
+				d[k + 3 * step] = e;
+			}
+			for (; k < words; k += step)
+				d[k] = s[k];
+			done = words * 16;
+		} else if (align % 4 == 0) {
+			const uint32_t *s = (const uint32_t *)src;
+			uint32_t *d = (uint32_t *)dst;
+			size_t words = len / 4;
+			for (; k < words; k += step)
+				d[k] = s[k];
+			done = words * 4;
+		}
+		for (k = done + threadIdx.x; k < len; k += step)
+			dst[k] = src[k];
+	}
+}
+
 extern "C" int
-pmck__gpu_snapshot_layer(struct pmck_gpu *g, unsigned layer, size_t n, const uint64_t *offs,
+pmck__gpu_snapshot_begin(struct pmck_gpu *g)
+{
+	if (g->copies_pending) {
+		DEVICE_SCOPE(g);
+		/* Normally long done: the last checkpoint's writers copied from its snapshot. */
+		CUDA_TRY(cudaEventSynchronize(g->copies_read));
+		g->copies_pending = 0;
+	}
+	g->copies_used = 0;
+	return 0;
+}
+
+extern "C" int
+pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
 		const void *const *srcs, const size_t *lens, void **dsts)
 {
-	DEVICE_SCOPE(g);
-	for (size_t i = 0; i < n; i++)
+	size_t first = g->copies_used, end = first;
+
+	if (event >= g->nsnapped)
+		return pmck__err(-EINVAL, "GPU path: snapshot event %u of %u", event, g->nsnapped);
+	for (size_t i = 0; i < n; i++) {
 		dsts[i] = g->snapshot + offs[i];
-	if (n > 1) {
-		/*
-		 * One call for the layer's copies, not one each: a GPT-2 medium state
-		 * is 1175 tensors, snapshotted on the caller's thread at every save.
-		 * The sources are read in stream order, after the layer's ready event.
-		 */
-		cudaMemcpyAttributes attr = {};
-		size_t first = 0;
-		attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-		CUDA_TRY(cudaMemcpyBatchAsync(dsts, srcs, lens, n, &attr, &first, 1, g->snap_stream));
-	} else if (n == 1) {
-		CUDA_TRY(cudaMemcpyAsync(dsts[0], srcs[0], lens[0], cudaMemcpyDeviceToDevice,
-				g->snap_stream));
+		for (size_t off = 0; off < lens[i]; off += PMCK_GPU_SNAP_PIECE) {
+			if (end == g->ncopies)
+				return pmck__err(-EINVAL, "GPU path: snapshot lists full (%zu pieces): "
+						"a tensor put twice in one checkpoint?", g->ncopies);
+			size_t len = lens[i] - off < PMCK_GPU_SNAP_PIECE ? lens[i] - off :
+					PMCK_GPU_SNAP_PIECE;
+			g->copies_host[end++] = {(const char *)srcs[i] + off, (char *)dsts[i] + off, len};
+		}
 	}
-	CUDA_TRY(cudaEventRecord(g->snapped[layer], g->snap_stream));
+	DEVICE_SCOPE(g);
+	g->copies_used = end;
+	if (end > first) {
+		/*
+		 * Two calls and a launch for the whole list, whatever its length.
+		 * A GPT-2 medium state is 1175 tensors in 443 layers: with a
+		 * cudaMemcpyBatchAsync per layer, save_async took 40 ms on the
+		 * training thread every 10th step (H100, docs/gpu.md), with this
+		 * 16 ms.  The list's part of the pinned buffer is not rewritten
+		 * before copies_read (snapshot_begin); the sources are read in
+		 * stream order, after the ready events already waited for.
+		 */
+		CUDA_TRY(cudaMemcpyAsync(g->copies_dev + first, g->copies_host + first,
+				(end - first) * sizeof(struct snap_copy), cudaMemcpyHostToDevice,
+				g->snap_stream));
+		CUDA_TRY(cudaEventRecord(g->copies_read, g->snap_stream));
+		g->copies_pending = 1;
+		size_t blocks = end - first < (size_t)g->snap_blocks ? end - first :
+				(size_t)g->snap_blocks;
+		copy_snapshot_pieces<<<(unsigned)blocks, 512, 0, g->snap_stream>>>(
+				g->copies_dev + first, end - first);
+		CUDA_TRY(cudaGetLastError());
+	}
+	CUDA_TRY(cudaEventRecord(g->snapped[event], g->snap_stream));
 	return 0;
 }

@@ -30,13 +30,18 @@ int pmck__gpu_build_version(void);
 
 /*
  * Maps the whole region into device `device`'s address space
- * (cudaHostRegister Mapped|Portable), and makes a ready event per layer
- * and a done event per job (njobs: the most jobs a checkpoint queues).
- * With snapshot_bytes > 0 also reserves that much device memory and a
- * snapshot stream (strategy G).  The calling thread's current device is
+ * (cudaHostRegister Mapped|Portable), and makes nlayers ready events and a
+ * done event per job (njobs: the most jobs a checkpoint queues).  With
+ * snapshot_bytes > 0 also reserves that much device memory, a snapshot
+ * stream, nlayers snapshot events and the snapshot's copy lists for
+ * ntensors tensors (strategy G).  The calling thread's current device is
  * left as it was.
+ *
+ * Events: a put of one or more layers uses one ready (and snapshot) event,
+ * the one of its first layer's dense index; the pipeline remembers which
+ * event each layer's copies wait for.
  */
-int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes,
+int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
 		unsigned nlayers, size_t njobs, struct pmck_gpu **out);
 /* Unregisters the region and frees everything. */
 void pmck__gpu_close(struct pmck_gpu **g);
@@ -50,12 +55,12 @@ int pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out);
 void pmck__gpu_stream_delete(struct pmck_gpu_stream **ws);
 
 /*
- * Records the ready event of `layer` on `stream` (a cudaStream_t of g's
- * device; NULL: its legacy default stream): the layer's copies run after
- * the work queued there so far.  Strategy G's snapshot stream waits for
- * it too.  Called on the caller's thread; its current device is restored.
+ * Records ready event `event` on `stream` (a cudaStream_t of g's device;
+ * NULL: its legacy default stream): the copies of the layers put run after
+ * the work queued there so far.  Strategy G's snapshot stream waits for it
+ * too.  Called on the caller's thread; its current device is restored.
  */
-int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream);
+int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream);
 
 /*
  * Bytes per sub-copy by default: a job's sub-copies are all in flight at
@@ -69,6 +74,8 @@ int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream);
 #define PMCK_GPU_SUB ((size_t)2 << 20)
 #define PMCK_GPU_SUB_DMA ((size_t)4 << 20)
 #define PMCK_GPU_MAX_SUB 8
+/* Strategy G: the snapshot kernel's unit of work per thread block. */
+#define PMCK_GPU_SNAP_PIECE ((size_t)1 << 20)
 
 enum pmck_gpu_copy {
 	PMCK_GPU_DMA,     /* into the region, by cudaMemcpyAsync through its device pointer */
@@ -79,12 +86,12 @@ enum pmck_gpu_copy {
 /*
  * Enqueues, on ws, the copy of len bytes of device memory at src to dst
  * (in the region, or a pinned host buffer for PMCK_GPU_TO_HOST) after
- * the layer's ready event (from_snapshot: after its snapshot event; src
- * is then in the snapshot), in sub-copies of `sub` bytes, each followed
- * by an event; then records job's done event.  Returns at once; *nsub: the
+ * ready event `event` (from_snapshot: after that snapshot event; src is
+ * then in the snapshot), in sub-copies of `sub` bytes, each followed by an
+ * event; then records job's done event.  Returns at once; *nsub: the
  * sub-copies enqueued.  len <= sub * PMCK_GPU_MAX_SUB.
  */
-int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
+int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
 		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
 		size_t job, unsigned *nsub);
 /* Waits (host) until sub-copy i of the last copy_start has landed. */
@@ -92,10 +99,10 @@ int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
 
 /*
  * Makes `stream` (NULL: the legacy default stream) wait on the GPU for
- * jobs [first, first + n), or, with snapshot_layer >= 0, for that layer's
- * snapshot: from then on work queued there may change the sources.
+ * jobs [first, first + n), or, with snapshot_event >= 0, for that snapshot
+ * event: from then on work queued there may change the sources.
  */
-int pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_layer, size_t first,
+int pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
 		size_t n);
 
 /* Pinned host buffers for strategy C. */
@@ -103,14 +110,25 @@ int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out);
 void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
 
 /*
- * Strategy G: enqueues on the snapshot stream (after the layer's ready
- * event) the device-to-device copies of the layer's n sources, srcs[i] of
- * lens[i] bytes (none zero), into the snapshot buffer at offset offs[i], as
- * one batch (cudaMemcpyBatchAsync); then records the layer's snapshot event.
- * dsts[i] receives each copy's address in the snapshot (n entries of the
- * caller's).  Called on the caller's thread; its current device is restored.
+ * Strategy G, at the begin of a checkpoint: the snapshot's copy lists are
+ * reused from the start, once the last one has reached the device (at
+ * once, unless a checkpoint failed before its writers copied from its
+ * snapshot).
  */
-int pmck__gpu_snapshot_layer(struct pmck_gpu *g, unsigned layer, size_t n, const uint64_t *offs,
+int pmck__gpu_snapshot_begin(struct pmck_gpu *g);
+
+/*
+ * Strategy G: enqueues on the snapshot stream (after the ready events
+ * waited for so far) the device-to-device copies of n sources, srcs[i] of
+ * lens[i] bytes, into the snapshot buffer at offset offs[i]: the list, in
+ * pieces of PMCK_GPU_SNAP_PIECE, is copied to the device and one kernel
+ * copies every piece; then records snapshot event `event`.  dsts[i]
+ * receives each copy's address in the snapshot (n entries of the
+ * caller's).  A checkpoint snapshots each tensor once at most (-EINVAL
+ * when its lists are full).  Called on the caller's thread; its current
+ * device is restored.
+ */
+int pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
 		const void *const *srcs, const size_t *lens, void **dsts);
 
 #endif

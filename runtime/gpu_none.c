@@ -18,10 +18,10 @@ int pmck__gpu_build_version(void) { return 0; }
 
 /* pmck__gpu_open fails, so no pipeline reaches the others: they report it all the same. */
 int
-pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, unsigned nlayers,
-		size_t njobs, struct pmck_gpu **out)
+pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
+		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
 {
-	(void)r, (void)device, (void)snapshot_bytes, (void)nlayers, (void)njobs;
+	(void)r, (void)device, (void)snapshot_bytes, (void)ntensors, (void)nlayers, (void)njobs;
 	*out = NULL;
 	return no_cuda();
 }
@@ -39,18 +39,18 @@ pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out)
 void pmck__gpu_stream_delete(struct pmck_gpu_stream **ws) { (void)ws; }
 
 int
-pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned layer, void *stream)
+pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 {
-	(void)g, (void)layer, (void)stream;
+	(void)g, (void)event, (void)stream;
 	return no_cuda();
 }
 
 int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapshot,
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
 		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
 		size_t job, unsigned *nsub)
 {
-	(void)ws, (void)layer, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
+	(void)ws, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
 	(void)sub, (void)job;
 	*nsub = 0;
 	return no_cuda();
@@ -59,10 +59,10 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned layer, int from_snapsh
 int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i) { (void)ws, (void)i; return no_cuda(); }
 
 int
-pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_layer, size_t first,
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
 		size_t n)
 {
-	(void)g, (void)stream, (void)snapshot_layer, (void)first, (void)n;
+	(void)g, (void)stream, (void)snapshot_event, (void)first, (void)n;
 	return no_cuda();
 }
 
@@ -75,10 +75,12 @@ int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out)
 
 void pmck__gpu_host_free(struct pmck_gpu *g, void *p) { (void)g, (void)p; }
 
+int pmck__gpu_snapshot_begin(struct pmck_gpu *g) { (void)g; return no_cuda(); }
+
 int
-pmck__gpu_snapshot_layer(struct pmck_gpu *g, unsigned layer, size_t n, const uint64_t *offs,
+pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
 		const void *const *srcs, const size_t *lens, void **dsts)
 {
-	(void)g, (void)layer, (void)n, (void)offs, (void)srcs, (void)lens, (void)dsts;
+	(void)g, (void)event, (void)n, (void)offs, (void)srcs, (void)lens, (void)dsts;
 	return no_cuda();
 }

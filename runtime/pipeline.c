@@ -64,7 +64,7 @@ struct pmck_pipeline {
 	uint32_t *tensor_layer;  /* tensor -> dense layer index */
 	/* Layer ix's tensors, in tensor order: layer_tensor[layer_tstart[ix] .. layer_tstart[ix + 1]] */
 	uint32_t *layer_tstart, *layer_tensor;
-	/* Strategy G: one layer's snapshot copies, batched (room for the largest layer) */
+	/* Strategy G: one put's snapshot copies, batched (room for every tensor) */
 	uint64_t *snap_off;
 	const void **snap_src;
 	size_t *snap_len;
@@ -85,6 +85,7 @@ struct pmck_pipeline {
 	uint64_t *layer_pending; /* pieces queued or running per layer */
 	/* GPU sources: layer's jobs are seq layer_first .. + layer_njobs; layer_started enqueued */
 	uint32_t *layer_first, *layer_njobs, *layer_started;
+	uint32_t *layer_event;   /* GPU sources: the ready/snapshot event of the layer's put */
 	uint32_t nseq;           /* copy jobs queued in this checkpoint */
 	uint32_t layers_put;
 	uint64_t outstanding;
@@ -176,7 +177,8 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
 	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
 	unsigned nsub = 0;
-	int ret = pmck__gpu_copy_start(ws, j->layer, p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
+	int ret = pmck__gpu_copy_start(ws, p->layer_event[j->layer],
+			p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
 			how, dst, j->src, j->len, p->gpu_sub, j->seq, &nsub);
 
 	job_started(p, j);
@@ -395,8 +397,9 @@ index_layers(struct pmck_pipeline *p)
 	p->layer_first = calloc(p->nlayers, sizeof(*p->layer_first));
 	p->layer_njobs = calloc(p->nlayers, sizeof(*p->layer_njobs));
 	p->layer_started = calloc(p->nlayers, sizeof(*p->layer_started));
+	p->layer_event = calloc(p->nlayers, sizeof(*p->layer_event));
 	if (!p->queue || !p->layer_put || !p->layer_pending || !p->layer_first || !p->layer_njobs ||
-	    !p->layer_started)
+	    !p->layer_started || !p->layer_event)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -432,17 +435,15 @@ open_gpu(struct pmck_pipeline *p)
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (ret)
 		return ret;
-	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
+	size_t ntensors = pmck_store_ntensors(p->store);
+	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot, ntensors,
 			p->nlayers, p->qcap, &p->gpu);
 
 	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)
 		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
 	if (ret || !snapshot)
 		return ret;
-	uint32_t most = 1;
-	for (uint32_t l = 0; l < p->nlayers; l++)
-		if (p->layer_tstart[l + 1] - p->layer_tstart[l] > most)
-			most = p->layer_tstart[l + 1] - p->layer_tstart[l];
+	size_t most = ntensors ? ntensors : 1; /* a put of every layer at once */
 	p->snap_off = malloc(most * sizeof(*p->snap_off));
 	p->snap_src = malloc(most * sizeof(*p->snap_src));
 	p->snap_len = malloc(most * sizeof(*p->snap_len));
@@ -545,6 +546,8 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	/* The previous step must be global before its older slot is overwritten. */
 	if (p->opts.global && (ret = pmck__global_complete(p->opts.global)))
 		goto out;
+	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_snapshot_begin(p->gpu)))
+		goto out;
 	if ((ret = pmck_store_begin(p->store, step, &p->ckpt)))
 		goto out;
 	memset(p->layer_put, 0, p->nlayers);
@@ -605,45 +608,65 @@ pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void *con
 }
 
 int
-pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
-		const void *const *srcs, void *cuda_stream)
-{
-	for (size_t i = 0; i < n; i++) {
-		int ret = pmck_pipeline_put_layer_stream(p, layers[i], srcs, cuda_stream);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-int
 pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const void *const *srcs,
 		void *cuda_stream)
 {
-	int ix = layer_index(p, layer);
-	int ret = 0;
+	return pmck_pipeline_put_layers_stream(p, &layer, 1, srcs, cuda_stream);
+}
 
-	pthread_mutex_lock(&p->lock);
-	if (p->skipping) {
-		ret = PMCK_SKIPPED;
-		goto out;
+/*
+ * Whether layers[0 .. n) may be put now: a checkpoint begun, each layer one
+ * of the store's, not put yet, and named once.  Marks nothing on return.
+ */
+static int
+check_layers_locked(struct pmck_pipeline *p, const uint32_t *layers, size_t n)
+{
+	int ret = 0;
+	size_t i;
+
+	if (!p->active)
+		return pma__err(-EINVAL, "put_layer(%u): no checkpoint begun", n ? layers[0] : 0);
+	for (i = 0; i < n && !ret; i++) {
+		int ix = layer_index(p, layers[i]);
+		if (ix < 0)
+			ret = pma__err(-EINVAL, "put_layer(%u): no tensor has this layer", layers[i]);
+		else if (p->layer_put[ix])
+			ret = pma__err(-EINVAL, p->layer_put[ix] == 2 ?
+					"put_layers: layer %u is listed twice" :
+					"put_layer(%u): layer already put in this checkpoint", layers[i]);
+		else
+			p->layer_put[ix] = 2; /* seen in this list */
 	}
-	if (!p->active || ix < 0 || p->layer_put[ix]) {
-		ret = pma__err(-EINVAL, !p->active ? "put_layer(%u): no checkpoint begun" : ix < 0 ?
-				"put_layer(%u): no tensor has this layer" :
-				"put_layer(%u): layer already put in this checkpoint", layer);
-		goto out;
+	while (i-- > 0) {
+		int ix = layer_index(p, layers[i]);
+		if (ix >= 0 && p->layer_put[ix] == 2)
+			p->layer_put[ix] = 0;
 	}
-	/* On the GPU, the layer's copies (or snapshot) come after the caller's work so far. */
-	if (is_gpu(p) && (ret = pmck__gpu_layer_ready(p->gpu, (unsigned)ix, cuda_stream)))
-		goto out;
-	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
-	uint32_t t0 = p->layer_tstart[ix], t1 = p->layer_tstart[ix + 1];
+	return ret;
+}
+
+/*
+ * GPU sources of a put: one ready event on the caller's stream for all its
+ * layers (that of the first), and for strategy G their snapshot, one kernel
+ * for all.  p->snap_dst[k] receives the snapshot address of the put's k-th
+ * non-empty tensor, in put order.
+ */
+static int
+gpu_put_locked(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		const void *const *srcs, void *cuda_stream)
+{
+	unsigned event = (unsigned)layer_index(p, layers[0]);
+	int ret = pmck__gpu_layer_ready(p->gpu, event, cuda_stream);
+
+	for (size_t l = 0; l < n; l++)
+		p->layer_event[layer_index(p, layers[l])] = event;
+	if (ret || p->opts.source != PMCK_SOURCE_GPU_SNAPSHOT)
+		return ret;
 	struct pmck_tensor_info ti;
 	size_t k = 0;
-	if (snapshot) {
-		/* The layer's tensors into the snapshot, in one batch; the writers copy from there. */
-		for (uint32_t t = t0; t < t1; t++) {
+	for (size_t l = 0; l < n; l++) {
+		int ix = layer_index(p, layers[l]);
+		for (uint32_t t = p->layer_tstart[ix]; t < p->layer_tstart[ix + 1]; t++) {
 			size_t i = p->layer_tensor[t];
 			pmck_store_tensor(p->store, i, &ti);
 			if (ti.nbytes) {
@@ -652,31 +675,56 @@ pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const vo
 				p->snap_len[k++] = ti.nbytes;
 			}
 		}
-		ret = pmck__gpu_snapshot_layer(p->gpu, (unsigned)ix, k, p->snap_off, p->snap_src,
-				p->snap_len, p->snap_dst);
-		k = 0;
 	}
-	if (p->verify)
-		p->layer_vfirst[ix] = p->nvjobs;
-	p->layer_first[ix] = p->nseq;
-	for (uint32_t t = t0; t < t1 && !ret; t++) {
-		size_t i = p->layer_tensor[t];
-		pmck_store_tensor(p->store, i, &ti);
-		const char *base = snapshot && ti.nbytes ? (const char *)p->snap_dst[k++] :
-				(const char *)srcs[i];
-		uint64_t off = 0;
-		do {
-			uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
-			push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len, base + off, 0,
-					p->nseq++});
-			p->layer_njobs[ix]++;
-			off += len;
-		} while (off < ti.nbytes);
+	return pmck__gpu_snapshot(p->gpu, event, k, p->snap_off, p->snap_src, p->snap_len,
+			p->snap_dst);
+}
+
+int
+pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		const void *const *srcs, void *cuda_stream)
+{
+	int ret = 0;
+
+	if (n && !layers)
+		return pma__err(-EINVAL, "put_layers: %zu layers and no list", n);
+	pthread_mutex_lock(&p->lock);
+	if (p->skipping) {
+		ret = PMCK_SKIPPED;
+		goto out;
+	}
+	if ((ret = check_layers_locked(p, layers, n)) || n == 0)
+		goto out;
+	/* On the GPU, the layers' copies (or snapshot) come after the caller's work so far. */
+	if (is_gpu(p))
+		ret = gpu_put_locked(p, layers, n, srcs, cuda_stream);
+	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
+	size_t k = 0; /* the next tensor's snapshot (p->snap_dst) */
+	for (size_t l = 0; l < n; l++) {
+		int ix = layer_index(p, layers[l]);
+		if (p->verify)
+			p->layer_vfirst[ix] = p->nvjobs;
+		p->layer_first[ix] = p->nseq;
+		for (uint32_t t = p->layer_tstart[ix]; t < p->layer_tstart[ix + 1] && !ret; t++) {
+			size_t i = p->layer_tensor[t];
+			struct pmck_tensor_info ti;
+			pmck_store_tensor(p->store, i, &ti);
+			const char *base = snapshot && ti.nbytes ? (const char *)p->snap_dst[k++] :
+					(const char *)srcs[i];
+			uint64_t off = 0;
+			do {
+				uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
+				push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len,
+						base + off, 0, p->nseq++});
+				p->layer_njobs[ix]++;
+				off += len;
+			} while (off < ti.nbytes);
+		}
+		p->layer_put[ix] = 1;
+		p->layers_put++;
 	}
 	if (ret && !p->error)
 		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
-	p->layer_put[ix] = 1;
-	p->layers_put++;
 	if (p->outstanding == 0 && p->layers_put == p->nlayers)
 		finish_locked(p); /* only empty tensors, or a failure before any queueing */
 	pthread_cond_broadcast(&p->work);
@@ -719,12 +767,13 @@ pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *c
 		WAIT_WHILE(p, p->layer_started[ix] < p->layer_njobs[ix]);
 	int busy = p->layer_pending[ix] > 0;
 	size_t first = p->layer_first[ix], n = p->layer_njobs[ix];
+	int event = (int)p->layer_event[ix];
 	ret = p->error;
 	if (ret)
 		pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	pthread_mutex_unlock(&p->lock);
 	if (!ret && busy)
-		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? ix : -1, first, n);
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? event : -1, first, n);
 	return ret;
 }
 
@@ -791,6 +840,7 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_put);
 	free(p->layer_pending);
 	free(p->layer_first);
+	free(p->layer_event);
 	free(p->layer_njobs);
 	free(p->layer_started);
 	free(p->layer_id);

@@ -6,7 +6,7 @@
  * ordered after the producer's stream without a synchronisation, not
  * held up by work queued later on the legacy default stream, and a
  * stream-ordered wait_layer after which that stream may overwrite the
- * sources.  Skips without CUDA or without a device; never passes without
+ * sources; several layers put in one call from unaligned views.  Skips without CUDA or without a device; never passes without
  * running.
  */
 #include <errno.h>
@@ -261,6 +261,65 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 	close_store(&r, &pool, &s);
 }
 
+/*
+ * pmck_pipeline_put_layers_stream: every layer in one call (one ready event;
+ * G: one snapshot kernel), in a shuffled order, from views at odd offsets
+ * (4-, 2- and 2-byte aligned: the snapshot kernel's narrower copies), written
+ * 300 ms late on a side stream; then a stream-ordered wait for one layer
+ * after which the side stream overwrites its sources.
+ */
+static void
+test_put_layers(const char *path, enum pmck_source src, uint64_t step)
+{
+	static const uint32_t order[LAYERS] = {2, 0, 3, 1};
+	static const size_t skew[PER_LAYER] = {4, 2, 6};
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
+	cudaStream_t side;
+	char *base[N] = {0};
+	const void *view[N];
+	const char *name = source_name(src);
+	int ret = 0;
+
+	for (size_t i = 0; i < N && !ret; i++) {
+		ret = cudaMalloc((void **)&base[i], nbytes[i] + 16) != cudaSuccess;
+		view[i] = base[i] + skew[i % PER_LAYER];
+	}
+	fill(step);
+	if (ret || upload() || open_test_store(path, 0, &r, &pool, &s) ||
+	    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "%s: put_layers set up: %s", name, pmck_errormsg());
+		return;
+	}
+	struct stall late = {.ms = 300};
+	cudaLaunchHostFunc(side, stall_fn, &late);
+	for (size_t i = 0; i < N; i++)
+		cudaMemcpyAsync((void *)view[i], dev[i], nbytes[i], cudaMemcpyDeviceToDevice, side);
+	ret = pmck_pipeline_begin(p, step);
+	ret = ret ? ret : pmck_pipeline_put_layers_stream(p, order, LAYERS, view, side);
+	ok(!ret && !atomic_load(&late.done), "%s: put_layers_stream of %d layers returns before "
+			"the side stream's writes ran", name, LAYERS);
+	ret = ret ? ret : pmck_pipeline_wait_layer_stream(p, order[0], side);
+	for (size_t i = order[0] * PER_LAYER; i < (order[0] + 1) * PER_LAYER && !ret; i++)
+		cudaMemsetAsync((void *)view[i], 0xee, nbytes[i], side);
+	ret = ret ? ret : pmck_pipeline_wait(p);
+	is_int(ret, 0, "%s: committed (%s)", name, ret ? pmck_errormsg() : "");
+	struct pmck_recovery rec;
+	ok(pmck_store_recover(s, &rec) == 0 && rec.step == step && exact(s, step),
+			"%s: every tensor bit-exact from the odd views, the layer overwritten after "
+			"its stream-ordered wait included", name);
+	cudaStreamSynchronize(side);
+	cudaStreamDestroy(side);
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	for (size_t i = 0; i < N; i++)
+		cudaFree(base[i]);
+}
+
 /* Before the parent touches CUDA: children that use it are forked from a clean process. */
 static void
 test_crash(const char *path, int trials)
@@ -346,6 +405,7 @@ main(void)
 		ok(exact(s, step + 2), "%s: every tensor bit-exact", source_name(src));
 		close_store(&r, &pool, &s);
 		test_streams(path, src, step + 2);
+		test_put_layers(path, src, step + 6);
 		step += 3;
 	}
 	unlink(path);

@@ -373,7 +373,8 @@ test_torn_sources(const char *path)
 /*
  * A layer's tensors need not be neighbours, nor layer numbers dense: tensors
  * of layers 7, 3, 7, 12, 3, 7 (one of them empty), put in the order 12, 7, 3,
- * each layer waited for on its own, every tensor bit-exact after recovery.
+ * each layer waited for on its own; then put_layers (several per call, bad
+ * lists refused whole), every tensor bit-exact after recovery.
  */
 static void
 test_scattered_layers(const char *path)
@@ -414,12 +415,37 @@ test_scattered_layers(const char *path)
 	ok(put, "layers 12, 7, 3 put and each waited for");
 	is_int(pmck_pipeline_put_layer(p, 5, srcs), -EINVAL, "layer 5, which no tensor has: refused");
 	is_int(pmck_pipeline_wait(p), 0, "step 1 commits");
+
+	/* put_layers: all or nothing on a bad list, then several layers in one call. */
+	static const uint32_t all[] = {12, 7, 3};
+	is_int(pmck_pipeline_put_layers_stream(p, all, 3, srcs, NULL), -EINVAL,
+			"put_layers before begin: refused");
+	for (size_t i = 0; i < NT; i++)
+		for (size_t k = 0; k < len[i]; k++)
+			buf[i][k] ^= 0x5a;
+	is_int(pmck_pipeline_begin(p, 2), 0, "begin step 2");
+	is_int(pmck_pipeline_put_layers_stream(p, NULL, 0, srcs, NULL), 0, "no layers: nothing put");
+	static const struct { uint32_t l[3]; size_t n; const char *what; } bad_lists[] = {
+		{{12, 5, 7}, 3, "a layer no tensor has"},
+		{{7, 3, 7}, 3, "a layer listed twice"},
+	};
+	for (size_t k = 0; k < sizeof(bad_lists) / sizeof(bad_lists[0]); k++) {
+		is_int(pmck_pipeline_put_layers_stream(p, bad_lists[k].l, bad_lists[k].n, srcs, NULL),
+				-EINVAL, "put_layers with %s: refused", bad_lists[k].what);
+		diag("%s", pmck_errormsg());
+	}
+	is_int(pmck_pipeline_put_layers_stream(p, &all[2], 1, srcs, NULL), 0, "layer 3 alone");
+	is_int(pmck_pipeline_put_layers_stream(p, all, 3, srcs, NULL), -EINVAL,
+			"12, 7, 3 with 3 put already: refused (%s)", pmck_errormsg());
+	is_int(pmck_pipeline_put_layers_stream(p, all, 2, srcs, NULL), 0,
+			"12 and 7 in one call: none of the refused lists put them");
+	is_int(pmck_pipeline_wait(p), 0, "step 2 commits");
 	pmck_pipeline_delete(&p);
 	is_int(pmck_store_recover(s, &rec), 0, "recover");
-	int same = rec.step == 1;
+	int same = rec.step == 2;
 	for (size_t i = 0; i < NT; i++)
 		same &= len[i] == 0 || !memcmp(pmck_store_tensor_data(s, i), buf[i], len[i]);
-	ok(same, "every tensor of every layer bit-exact");
+	ok(same, "step 2: every tensor of every layer bit-exact");
 
 	/* A bad $PMCK_GPU_SUB_MIB is refused by name, before the GPU is even looked for. */
 	static const char *const bad[] = {"0", "9", "2x", "-1"};

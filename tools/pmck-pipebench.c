@@ -9,7 +9,9 @@
  *   sync   begin + write_all + commit of the whole state
  *   write()+fsync of the same bytes to a file on disk
  * GPU path (when a device is present): full checkpoints from device memory
- * through each strategy, against cudaMemcpy D2H into ordinary pinned memory.
+ * through each strategy (--gpu-threads writers, default 8), against cudaMemcpy
+ * D2H of each tensor into ordinary pinned memory; for context also against the
+ * same bytes as one copy, and against the copies into the registered region.
  *
  * Output: `bench: NAME VALUE UNIT` and `ratio: NAME VALUE` lines; # for context.
  */
@@ -121,6 +123,7 @@ main(int argc, char **argv)
 	double compute_ms = 10;
 	const char *dir = "/dev/shm", *disk = "/var/tmp";
 	int gpu_only = 0;
+	unsigned gpu_threads = 0; /* 0: 8, or the CPUs if fewer */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = (unsigned)atoi(argv[++i]);
@@ -131,14 +134,18 @@ main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc) disk = argv[++i];
 		else if (!strcmp(argv[i], "--gpu-only")) gpu_only = 1;
 		else if (!strcmp(argv[i], "--every") && i + 1 < argc) every = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--gpu-threads") && i + 1 < argc)
+			gpu_threads = (unsigned)atoi(argv[++i]);
 		else {
 			fprintf(stderr, "usage: pmck-pipebench [--blocks N] [--threads N] [--steps N] "
-					"[--compute-ms MS] [--every N] [--dir DIR] [--disk-dir DIR] [--gpu-only]\n");
+					"[--compute-ms MS] [--every N] [--dir DIR] [--disk-dir DIR] [--gpu-only] "
+					"[--gpu-threads N]\n");
 			return 2;
 		}
 	}
-	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2 || every < 1) {
-		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2, --every >= 1\n");
+	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2 || every < 1 || gpu_threads > 64) {
+		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2, --every >= 1, "
+				"--gpu-threads 1..64\n");
 		return 2;
 	}
 	gpt2_layout(blocks);
@@ -361,13 +368,57 @@ main(int argc, char **argv)
 		}
 		double pinned_tput = bytes / tool_median(stall, steps) / 1e9;
 		printf("bench: pinned_d2h_tput %.2f GB/s\n", pinned_tput);
+		/*
+		 * Context: the same bytes as one copy from one device buffer (bench_gpu.py's
+		 * other baseline): the link without a synchronisation per tensor.
+		 */
+		double one_copy_tput = 0;
+		void *flat;
+		if (cudaMalloc(&flat, bytes) == cudaSuccess) {
+			cudaMemcpy(pinned, flat, bytes, cudaMemcpyDeviceToHost); /* first touch, untimed */
+			for (unsigned k = 0; k < steps; k++) {
+				t0 = tool_now();
+				cudaMemcpy(pinned, flat, bytes, cudaMemcpyDeviceToHost);
+				stall[k] = tool_now() - t0;
+			}
+			cudaFree(flat);
+			one_copy_tput = bytes / tool_median(stall, steps) / 1e9;
+			printf("bench: pinned_d2h_one_copy_tput %.2f GB/s\n", one_copy_tput);
+		}
+		/*
+		 * Context, not a goal: the same copies into the region itself, registered
+		 * as the pipelines register it, into the slot the next checkpoint
+		 * overwrites: what the destination memory allows (a tmpfs file's 4 KiB
+		 * pages here, not cudaHostAlloc's), pipeline aside.
+		 */
+		struct pma_region *reg = pmck_store_region(s);
+		unsigned older = pmck_store_slot_step(s, 0) <= pmck_store_slot_step(s, 1) ? 0 : 1;
+		double region_tput = 0;
+		if (cudaHostRegister(pma_region_addr(reg), pma_region_size(reg),
+				cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) {
+			for (unsigned k = 0; k < steps; k++) {
+				t0 = tool_now();
+				for (size_t i = 0; i < nt; i++) {
+					struct pmck_tensor_info ti;
+					pmck_store_tensor(s, i, &ti);
+					cudaMemcpy((void *)pmck_store_slot_tensor_data(s, older, i), dsrc[i],
+							ti.nbytes, cudaMemcpyDeviceToHost);
+				}
+				stall[k] = tool_now() - t0;
+			}
+			cudaHostUnregister(pma_region_addr(reg));
+			region_tput = bytes / tool_median(stall, steps) / 1e9;
+			printf("bench: region_d2h_tput %.2f GB/s\n", region_tput);
+		} else {
+			printf("# region_d2h skipped: cudaHostRegister of the region failed\n");
+		}
 
 		static const struct { enum pmck_source src; const char *name; } strat[] = {
 			{PMCK_SOURCE_GPU_DIRECT, "gpu_direct"}, {PMCK_SOURCE_GPU_KERNEL, "gpu_kernel"},
 			{PMCK_SOURCE_GPU_STAGED, "gpu_staged"}, {PMCK_SOURCE_GPU_SNAPSHOT, "gpu_snapshot"},
 		};
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		unsigned gthreads = cpus >= 8 ? 8 : (unsigned)cpus;
+		unsigned gthreads = gpu_threads ? gpu_threads : cpus >= 8 ? 8 : (unsigned)cpus;
 		static uint64_t gstep = 100000;
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
 			struct pmck_pipeline *p;
@@ -391,6 +442,12 @@ main(int argc, char **argv)
 			double tput = bytes / tool_median(stall, steps) / 1e9;
 			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
 			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
+			if (region_tput > 0)
+				printf("ratio: %s_tput_vs_region_d2h %.4f\n", strat[k].name,
+						tput / region_tput);
+			if (one_copy_tput > 0)
+				printf("ratio: %s_tput_vs_pinned_d2h_one_copy %.4f\n", strat[k].name,
+						tput / one_copy_tput);
 		}
 		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
 				gthreads);
