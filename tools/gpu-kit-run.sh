@@ -1,11 +1,14 @@
 #!/bin/bash
 # gpu-kit-run.sh -- runs on a lent GPU machine, as .gpu/run.sh (tools/gpu-kit packs it):
-#   bash .gpu/run.sh [checks|bench|all]     (default all; about 8 minutes on an H100)
+#   bash .gpu/run.sh [checks|bench|all|profile]   (default all; about 8 minutes on an H100)
 # checks: tests/gpu_pipeline (the stream contract included), the wheel installed with
 #         pip install --no-index --no-deps beside the machine's torch, then
 #         python -m pmckpt --version and test_gpu.py against the installed package;
 # bench:  bench_gpu.py (make bench-gpu: save and load against pinned D2H/H2D, the stall
 #         against DCP's, bench_train.py at batch 8 and 32) and pmck-pipebench --gpu-only.
+# profile: only bench_train.py at batch 8 with --profile-call (where the checkpoint call's
+#         time goes on the training thread; GPU_KIT_PROFILE_CONFIGS, default
+#         pm_every10,pmsnap_every10), about a minute.
 # GPU_KIT_BENCH_ARGS: extra arguments of bench_gpu.py (e.g. --no-train).
 # GPU_KIT_TIMEOUT_PIPELINE, GPU_KIT_TIMEOUT_TESTS: seconds for gpu_pipeline (180) and
 # test_gpu.py (300): shorter where a hang must not eat a short lease.
@@ -40,6 +43,15 @@ py() {
 		timeout "$t" python3 "$@")
 }
 
+if [ "$what" = profile ]; then
+	step "bench_train.py --profile-call"
+	py 300 ../bench/bench_train.py --device cuda --ranks 0 --batch 8 --steps 10 --warmup 3 \
+		--reps 1 --profile-call --configs "${GPU_KIT_PROFILE_CONFIGS:-pm_every10,pmsnap_every10}" \
+		>"$OUT/profile.txt" 2>&1
+	echo "rc $?"; grep -E '^bench: cost' "$OUT/profile.txt"
+	step done
+	exit 0
+fi
 if [ "$what" != bench ]; then
 	step tests/gpu_pipeline
 	LD_LIBRARY_PATH=$K/lib timeout "${GPU_KIT_TIMEOUT_PIPELINE:-180}" "$K/bin/gpu_pipeline" >"$OUT/gpu_pipeline.tap" 2>&1

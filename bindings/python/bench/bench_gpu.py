@@ -82,7 +82,7 @@ def main():
                          "batch 8 on an H100)")
     ap.add_argument("--shm", default="/dev/shm")
     ap.add_argument("--b32", default="none,pm_every1",
-                    help="bench_train.py configurations at batch 32 ('' for none)")
+                    help="bench_train.py configurations at batch 32 (--b32= for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
                     "pmq_every1,pmqsnap_every1,pmqsnap_every10,dcp_every1",
                     help="bench_train.py configurations at batch 8")

@@ -50,14 +50,19 @@ Where the cost comes from (printed per configuration as `bench: cost ...`):
   time the loop spends in forward+backward (inflated by CPU and memory
   bandwidth shared with a writer), in optimizer.step (which includes the
   hook's wait for the checkpoint's layers; the pipeline's wait_ns counts it
-  apart) and in the checkpoint call itself.
+  apart) and in the checkpoint call itself.  --profile-call prints, per run
+  of a pmckpt configuration, cProfile's view of those calls in the measured
+  steps (state_dict() and save_async), as '#' lines.
 
 A CUDA path (--device cuda: GPT-2 medium, bf16 autocast, fp32 weights and
 Adam states, checkpointed from device memory) exists but is unverified here.
 """
 import argparse
+import cProfile
+import io
 import math
 import os
+import pstats
 import shutil
 import statistics
 import sys
@@ -266,11 +271,30 @@ class PmCkpt:
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
         self.call = 0.0
+        self.prof = cProfile.Profile() if a.profile_call else None
 
     def save(self, job):
         t0 = time.perf_counter()
+        if self.prof:
+            self.prof.enable()
         self.store.save_async(job.state(), job.step)
+        if self.prof:
+            self.prof.disable()
         self.call += time.perf_counter() - t0
+
+    def profile(self, title, lines=30):
+        """The calls' profile (--profile-call), as '#' lines: the functions by
+        cumulative time, then by own time (a ctypes call counts in its caller's)."""
+        if not self.prof:
+            return
+        out = io.StringIO()
+        st = pstats.Stats(self.prof, stream=out)
+        st.sort_stats("cumulative").print_stats(lines)
+        st.sort_stats("tottime").print_stats(lines)
+        print(f"# profile of the checkpoint calls (state_dict() + save_async), {title}:")
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                print(f"#   {line}")
 
     def drain(self):
         self.store.wait()
@@ -407,6 +431,8 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         if world > 1:
             torch.distributed.barrier(ddp_group)
         s0, job.t_fb, job.t_opt = ck.stats(), 0.0, 0.0
+        if getattr(ck, "prof", None):
+            ck.prof = cProfile.Profile()  # the measured steps' calls only
         c0 = thread_cpu()
         t0 = time.perf_counter()
         for i in range(1, a.steps + 1):
@@ -420,6 +446,8 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         s1 = ck.stats()
         st = {k: s1[k] - s0.get(k, 0) for k in s1}
         ck.drain()
+        if hasattr(ck, "profile"):
+            ck.profile(f"{cfg}{tt} repetition {rep}, measured steps")
     finally:
         ck.close()
     r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
@@ -489,6 +517,9 @@ def main():
     ap.add_argument("--pm-dir", default=None,
                     help="pmckpt's ramdisk directory (default: the user's own, /dev/shm/pmckpt-UID)")
     ap.add_argument("--disk", default="/var/tmp")
+    ap.add_argument("--profile-call", action="store_true",
+                    help="cProfile the pmckpt configurations' checkpoint calls and print the "
+                    "profile of each run ('#' lines; the calls take longer profiled)")
     ap.add_argument("--quick", action="store_true",
                     help="the short version of make bench: 3 warm-up + 15 steps, 1 repetition, "
                     "fewer configurations")
