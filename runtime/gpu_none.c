@@ -46,17 +46,22 @@ pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 }
 
 int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
-		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
-		size_t job, unsigned *nsub)
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
+		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
+		size_t sub, size_t job, unsigned *nsub)
 {
-	(void)ws, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
+	(void)ws, (void)set, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
 	(void)sub, (void)job;
 	*nsub = 0;
 	return no_cuda();
 }
 
-int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i) { (void)ws, (void)i; return no_cuda(); }
+int
+pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i)
+{
+	(void)ws, (void)set, (void)i;
+	return no_cuda();
+}
 
 int
 pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
