@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * gpu_fake.c -- the pipeline's GPU bookkeeping without a GPU: this program
+ * defines runtime/gpu.h's interface itself, on host memory, so the linker
+ * takes it instead of gpu.o (or gpu_none.o) from libpmckpt.a, and runs
+ * every GPU strategy through it under the sanitizers of make check.
+ *
+ * The stand-in: "device" pointers are host pointers; a stream's copies are
+ * queued and run in order when the host waits for one of them (a stream
+ * would have finished the earlier ones by then); a snapshot is copied at
+ * once; a caller's stream-ordered wait runs every queued copy.  It checks
+ * the contract the real one relies on, counting breaches: a copy started
+ * before its ready (or snapshot) event was recorded, a set of sub-copy
+ * events reused while its copies are in flight, a copy landing outside the
+ * region, a stream deleted with copies queued.
+ *
+ * What only a GPU shows (tests/gpu_pipeline.c): real asynchrony, the
+ * stream and event semantics, the snapshot kernel, DMA into the region.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ckpt_util.h"
+#include "../runtime/gpu.h"
+
+/* ------------------------------------------------------------------ the stand-in */
+
+static atomic_uint breaches;
+static atomic_int fail_wait_in = -1; /* the n-th copy_wait from now fails (-EIO); -1: none */
+static pthread_mutex_t first_lock = PTHREAD_MUTEX_INITIALIZER;
+static char first_breach[256];
+
+static void
+breach(const char *what)
+{
+	if (atomic_fetch_add(&breaches, 1) == 0) {
+		pthread_mutex_lock(&first_lock);
+		snprintf(first_breach, sizeof(first_breach), "%s", what);
+		pthread_mutex_unlock(&first_lock);
+	}
+}
+
+#define MAX_STREAMS 64
+#define FIFO (PMCK_GPU_SETS * PMCK_GPU_MAX_SUB)
+
+struct copy {
+	char *dst;
+	const char *src;
+	size_t len;
+	unsigned set, i;
+};
+
+struct pmck_gpu_stream {
+	struct pmck_gpu *g;
+	struct copy fifo[FIFO]; /* queued, not yet run, in stream order */
+	unsigned head, n;
+	unsigned pending[PMCK_GPU_SETS]; /* queued copies of each set */
+};
+
+struct pmck_gpu {
+	pthread_mutex_t lock; /* everything below, and every stream's queue */
+	char *base;
+	size_t size;
+	unsigned nevents;
+	unsigned *ready, *snapped; /* times each event was recorded */
+	char *snapshot;
+	size_t snapshot_bytes, njobs;
+	struct pmck_gpu_stream *streams[MAX_STREAMS];
+};
+
+int pmck__gpu_build_version(void) { return 0; }
+
+int
+pmck_gpu_available(int device)
+{
+	return device == 0 ? 0 : -ENODEV;
+}
+
+int
+pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
+		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
+{
+	struct pmck_gpu *g = calloc(1, sizeof(*g));
+
+	(void)ntensors;
+	*out = g;
+	if (!g || device != 0)
+		return device != 0 ? -ENODEV : -ENOMEM;
+	pthread_mutex_init(&g->lock, NULL);
+	g->base = pma_region_addr(r);
+	g->size = pma_region_size(r);
+	g->nevents = nlayers;
+	g->ready = calloc(nlayers + 1, sizeof(*g->ready));
+	g->snapped = calloc(nlayers + 1, sizeof(*g->snapped));
+	g->snapshot_bytes = snapshot_bytes;
+	g->snapshot = snapshot_bytes ? malloc(snapshot_bytes) : NULL;
+	g->njobs = njobs;
+	return !g->ready || !g->snapped || (snapshot_bytes && !g->snapshot) ? -ENOMEM : 0;
+}
+
+void
+pmck__gpu_close(struct pmck_gpu **gp)
+{
+	struct pmck_gpu *g = *gp;
+
+	if (!g)
+		return;
+	free(g->ready);
+	free(g->snapped);
+	free(g->snapshot);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+	*gp = NULL;
+}
+
+int
+pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out)
+{
+	struct pmck_gpu_stream *ws = calloc(1, sizeof(*ws));
+
+	*out = ws;
+	if (!ws)
+		return -ENOMEM;
+	ws->g = g;
+	pthread_mutex_lock(&g->lock);
+	unsigned k = 0;
+	while (k < MAX_STREAMS && g->streams[k])
+		k++;
+	if (k < MAX_STREAMS)
+		g->streams[k] = ws;
+	pthread_mutex_unlock(&g->lock);
+	return k < MAX_STREAMS ? 0 : -ENOMEM;
+}
+
+void
+pmck__gpu_stream_delete(struct pmck_gpu_stream **wsp)
+{
+	struct pmck_gpu_stream *ws = *wsp;
+
+	if (!ws)
+		return;
+	pthread_mutex_lock(&ws->g->lock);
+	if (ws->n)
+		breach("a stream deleted with copies queued");
+	for (unsigned k = 0; k < MAX_STREAMS; k++)
+		if (ws->g->streams[k] == ws)
+			ws->g->streams[k] = NULL;
+	pthread_mutex_unlock(&ws->g->lock);
+	free(ws);
+	*wsp = NULL;
+}
+
+int
+pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
+{
+	(void)stream;
+	if (event >= g->nevents)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	g->ready[event]++;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+/* Runs the oldest queued copy of ws (g->lock held). */
+static void
+run_one_locked(struct pmck_gpu_stream *ws)
+{
+	struct copy *c = &ws->fifo[ws->head];
+
+	memcpy(c->dst, c->src, c->len);
+	ws->pending[c->set]--;
+	ws->head = (ws->head + 1) % FIFO;
+	ws->n--;
+}
+
+int
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
+		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
+		size_t sub, size_t job, unsigned *nsub)
+{
+	struct pmck_gpu *g = ws->g;
+
+	*nsub = 0;
+	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->njobs || event >= g->nevents ||
+	    set >= PMCK_GPU_SETS)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	if (!g->ready[event])
+		breach("a copy started before its ready event was recorded");
+	if (from_snapshot && (!g->snapped[event] || (const char *)src < g->snapshot ||
+			(const char *)src + len > g->snapshot + g->snapshot_bytes))
+		breach("a copy from the snapshot before it was taken, or outside it");
+	if (how != PMCK_GPU_TO_HOST &&
+	    ((char *)dst < g->base || (char *)dst + len > g->base + g->size))
+		breach("a copy landing outside the region");
+	if (ws->pending[set])
+		breach("a set of sub-copy events reused while its copies are queued");
+	for (size_t off = 0; off < len; off += sub) {
+		struct copy *c = &ws->fifo[(ws->head + ws->n++) % FIFO];
+		*c = (struct copy){(char *)dst + off, (const char *)src + off,
+				len - off < sub ? len - off : sub, set, (*nsub)++};
+		ws->pending[set]++;
+	}
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+int
+pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i)
+{
+	int n = atomic_load(&fail_wait_in);
+
+	while (n >= 0 && !atomic_compare_exchange_weak(&fail_wait_in, &n, n - 1))
+		;
+	pthread_mutex_lock(&ws->g->lock);
+	/* Everything queued up to and including sub-copy i of `set` (if still queued). */
+	unsigned k = 0;
+	while (k < ws->n && !(ws->fifo[(ws->head + k) % FIFO].set == set &&
+			ws->fifo[(ws->head + k) % FIFO].i == i))
+		k++;
+	if (k < ws->n)
+		for (unsigned m = 0; m <= k; m++)
+			run_one_locked(ws);
+	pthread_mutex_unlock(&ws->g->lock);
+	return n == 0 ? -EIO : 0;
+}
+
+int
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
+		size_t n)
+{
+	(void)stream;
+	pthread_mutex_lock(&g->lock);
+	if (snapshot_event >= 0 && ((unsigned)snapshot_event >= g->nevents ||
+			!g->snapped[snapshot_event]))
+		breach("a caller waiting for a snapshot never taken");
+	if (snapshot_event < 0 && first + n > g->njobs)
+		breach("a caller waiting for jobs that do not exist");
+	/* Conservative: every queued copy has read its source once the caller's stream goes on. */
+	for (unsigned k = 0; k < MAX_STREAMS; k++)
+		while (g->streams[k] && g->streams[k]->n)
+			run_one_locked(g->streams[k]);
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+int
+pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out)
+{
+	(void)g;
+	*out = malloc(len);
+	return *out ? 0 : -ENOMEM;
+}
+
+void
+pmck__gpu_host_free(struct pmck_gpu *g, void *p)
+{
+	(void)g;
+	free(p);
+}
+
+int pmck__gpu_snapshot_begin(struct pmck_gpu *g) { (void)g; return 0; }
+
+int
+pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
+		const void *const *srcs, const size_t *lens, void **dsts)
+{
+	if (event >= g->nevents)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	if (!g->ready[event])
+		breach("a snapshot taken before its ready event was recorded");
+	for (size_t i = 0; i < n; i++) {
+		if (offs[i] + lens[i] > g->snapshot_bytes) {
+			breach("a snapshot copy outside the snapshot");
+			continue;
+		}
+		dsts[i] = g->snapshot + offs[i];
+		memcpy(dsts[i], srcs[i], lens[i]);
+	}
+	g->snapped[event]++;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ the test */
+
+#define LAYERS 6
+#define PER_LAYER 3
+#define N (LAYERS * PER_LAYER)
+
+static struct pmck_tensor_desc descs[N];
+static char names[N][32];
+static size_t nbytes[N];
+static uint8_t *dev[N];  /* the "device" tensors */
+static uint8_t *want[N]; /* what the checkpoint must hold */
+
+/* Tensor k of a layer: 9 MiB + 6 bytes (two pieces, two sub-copies each), 8 KiB, 3 bytes. */
+static void
+make_layout(void)
+{
+	for (size_t i = 0; i < N; i++) {
+		unsigned k = i % PER_LAYER;
+		snprintf(names[i], sizeof(names[i]), "l%zu.t%u", i / PER_LAYER, k);
+		descs[i] = (struct pmck_tensor_desc){.name = names[i], .dtype = PMCK_DTYPE_U8,
+				.ndim = 1, .layer = (uint32_t)(i / PER_LAYER) * 10};
+		descs[i].shape[0] = nbytes[i] = k == 0 ? (9u << 20) + 6 : k == 1 ? 8192 : 3;
+		dev[i] = malloc(nbytes[i]);
+		want[i] = malloc(nbytes[i]);
+	}
+}
+
+static void
+fill(uint64_t step)
+{
+	for (size_t i = 0; i < N; i++) {
+		fill_tensor(step, i, dev[i], nbytes[i]);
+		memcpy(want[i], dev[i], nbytes[i]);
+	}
+}
+
+static int
+exact(struct pmck_store *s, uint64_t step)
+{
+	struct pmck_recovery rec;
+
+	if (pmck_store_recover(s, &rec) || rec.step != step)
+		return 0;
+	for (size_t i = 0; i < N; i++)
+		if (memcmp(pmck_store_tensor_data(s, i), want[i], nbytes[i]))
+			return 0;
+	return 1;
+}
+
+static const char *
+source_name(enum pmck_source src)
+{
+	static const char *const n[] = {"host", "D (DMA)", "D (kernel)", "C (staged)", "G (snapshot)"};
+	return n[src];
+}
+
+/* Every layer of checkpoint `step`, put as `how`: 0 in one call, 1 one by one, 2 in halves. */
+static int
+put_all(struct pmck_pipeline *p, int how)
+{
+	static const uint32_t order[LAYERS] = {30, 0, 50, 10, 40, 20};
+	const void *const *srcs = (const void *const *)dev;
+	int ret = 0;
+
+	if (how == 0)
+		return pmck_pipeline_put_layers_stream(p, order, LAYERS, srcs, NULL);
+	if (how == 2) {
+		ret = pmck_pipeline_put_layers_stream(p, order, LAYERS / 2, srcs, NULL);
+		return ret ? ret : pmck_pipeline_put_layers_stream(p, order + LAYERS / 2,
+				LAYERS - LAYERS / 2, srcs, NULL);
+	}
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = pmck_pipeline_put_layer(p, order[l], srcs);
+	return ret;
+}
+
+/* Checkpoint `step` of the current contents, its layers put as `how` (put_all), committed. */
+static int
+checkpoint(struct pmck_pipeline *p, uint64_t step, int how)
+{
+	int ret = pmck_pipeline_begin(p, step);
+	if (!ret)
+		ret = put_all(p, how);
+	return ret ? ret : pmck_pipeline_wait(p);
+}
+
+static void
+test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src};
+	const char *name = source_name(src);
+	char env[2] = {(char)('0' + jobs), 0};
+	unsigned before = atomic_load(&breaches);
+
+	setenv("PMCK_GPU_JOBS_IN_FLIGHT", env, 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "%s, %u jobs: set up: %s", name, jobs, pmck_errormsg());
+		return;
+	}
+	/* Three checkpoints, the layers put in one call, one by one, and in two calls. */
+	int ret = 0, same = 1;
+	for (int how = 0; how < 3 && !ret; how++) {
+		fill(++*step);
+		ret = checkpoint(p, *step, how);
+		same &= !ret && exact(s, *step);
+	}
+	ok(!ret && same, "%s, %u jobs: three checkpoints (put_layers, put_layer, halves), each "
+			"recovered bit-exact (%s)", name, jobs, ret ? pmck_errormsg() : "");
+
+	/* A stream-ordered wait for a layer, then its sources overwritten: the values put stay. */
+	fill(++*step);
+	ret = pmck_pipeline_begin(p, *step);
+	if (!ret)
+		ret = put_all(p, 0);
+	if (!ret)
+		ret = pmck_pipeline_wait_layer_stream(p, 20, NULL);
+	for (size_t i = 2 * PER_LAYER; i < 3 * PER_LAYER && !ret; i++)
+		memset(dev[i], 0xee, nbytes[i]);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	ok(!ret && exact(s, *step), "%s, %u jobs: sources overwritten after wait_layer_stream: "
+			"the checkpoint has the values put", name, jobs);
+
+	/* A copy that fails: the checkpoint aborts, nothing lands later, the next one commits. */
+	uint64_t good = *step;
+	fill(++*step);
+	atomic_store(&fail_wait_in, 5);
+	ret = checkpoint(p, *step, 0);
+	atomic_store(&fail_wait_in, -1);
+	is_int(ret, -EIO, "%s, %u jobs: a failed copy fails the checkpoint", name, jobs);
+	struct pmck_recovery rec;
+	ok(pmck_store_recover(s, &rec) == 0 && rec.step == good, "%s, %u jobs: the step before it "
+			"is still the newest", name, jobs);
+	fill(++*step);
+	ret = checkpoint(p, *step, 1);
+	ok(!ret && exact(s, *step), "%s, %u jobs: the next checkpoint commits, bit-exact", name,
+			jobs);
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	unsigned n = atomic_load(&breaches) - before;
+	is_int(n, 0, "%s, %u jobs: no breach of the GPU contract%s%s", name, jobs, n ? ": " : "",
+			n ? first_breach : "");
+}
+
+int
+main(void)
+{
+	const char *path = scratch_path("gpu-fake");
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+
+	make_layout();
+	unlink(path);
+	if (open_store(path, 128 << 20, 1, "f", descs, N, &r, &pool, &s))
+		return 1;
+	close_store(&r, &pool, &s);
+	uint64_t step = 0;
+	for (unsigned jobs = 1; jobs <= 2; jobs++)
+		for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT;
+				src++)
+			test_source(path, src, jobs, &step);
+	unsetenv("PMCK_GPU_JOBS_IN_FLIGHT");
+	unlink(path);
+	for (size_t i = 0; i < N; i++) {
+		free(dev[i]);
+		free(want[i]);
+	}
+	return done_testing();
+}
