@@ -50,8 +50,8 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
 		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
 		size_t sub, size_t job, unsigned *nsub)
 {
-	(void)ws, (void)set, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src, (void)len;
-	(void)sub, (void)job;
+	(void)ws, (void)set, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src;
+	(void)len, (void)sub, (void)job;
 	*nsub = 0;
 	return no_cuda();
 }
