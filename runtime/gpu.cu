@@ -42,7 +42,6 @@ struct pmck_gpu {
 	struct snap_copy *copies_dev;
 	size_t ncopies, copies_used;   /* room, and used by this checkpoint's snapshots */
 	cudaEvent_t copies_read;       /* the last list copied to the device */
-	int copies_pending;            /* copies_read recorded since the last snapshot_begin */
 	int snap_blocks;               /* the snapshot kernel's grid: 4 blocks per SM */
 };
 
@@ -419,33 +418,36 @@ copy_snapshot_pieces(const struct snap_copy *__restrict__ list, size_t n)
 extern "C" int
 pmck__gpu_snapshot_begin(struct pmck_gpu *g)
 {
-	if (g->copies_pending) {
-		DEVICE_SCOPE(g);
-		/* Normally long done: the last checkpoint's writers copied from its snapshot. */
-		CUDA_TRY(cudaEventSynchronize(g->copies_read));
-		g->copies_pending = 0;
-	}
+	DEVICE_SCOPE(g);
+	/* Normally long done: the last checkpoint's writers copied from its snapshot. */
+	CUDA_TRY(cudaEventSynchronize(g->copies_read));
 	g->copies_used = 0;
 	return 0;
 }
 
+extern "C" const char *
+pmck__gpu_snapshot_base(const struct pmck_gpu *g)
+{
+	return g->snapshot;
+}
+
 extern "C" int
 pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
-		const void *const *srcs, const size_t *lens, void **dsts)
+		const void *const *srcs, const size_t *lens)
 {
 	size_t first = g->copies_used, end = first;
 
 	if (event >= g->nsnapped)
 		return pmck__err(-EINVAL, "GPU path: snapshot event %u of %u", event, g->nsnapped);
 	for (size_t i = 0; i < n; i++) {
-		dsts[i] = g->snapshot + offs[i];
 		for (size_t off = 0; off < lens[i]; off += PMCK_GPU_SNAP_PIECE) {
 			if (end == g->ncopies)
 				return pmck__err(-EINVAL, "GPU path: snapshot lists full (%zu pieces): "
 						"a tensor put twice in one checkpoint?", g->ncopies);
 			size_t len = lens[i] - off < PMCK_GPU_SNAP_PIECE ? lens[i] - off :
 					PMCK_GPU_SNAP_PIECE;
-			g->copies_host[end++] = {(const char *)srcs[i] + off, (char *)dsts[i] + off, len};
+			g->copies_host[end++] = {(const char *)srcs[i] + off,
+					g->snapshot + offs[i] + off, len};
 		}
 	}
 	DEVICE_SCOPE(g);
@@ -454,9 +456,9 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 		/*
 		 * Two calls and a launch for the whole list, whatever its length.
 		 * A GPT-2 medium state is 1175 tensors in 443 layers: with a
-		 * cudaMemcpyBatchAsync per layer, save_async took 40 ms on the
-		 * training thread every 10th step (H100, docs/gpu.md), with this
-		 * 16 ms.  The list's part of the pinned buffer is not rewritten
+		 * cudaMemcpyBatchAsync per layer, the checkpoint call every 10th
+		 * step (state_dict() and save_async) took 40 ms on the training
+		 * thread (H100, docs/gpu.md), with this 16 ms.  The list's part of the pinned buffer is not rewritten
 		 * before copies_read (snapshot_begin); the sources are read in
 		 * stream order, after the ready events already waited for.
 		 */
@@ -464,7 +466,6 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 				(end - first) * sizeof(struct snap_copy), cudaMemcpyHostToDevice,
 				g->snap_stream));
 		CUDA_TRY(cudaEventRecord(g->copies_read, g->snap_stream));
-		g->copies_pending = 1;
 		size_t blocks = end - first < (size_t)g->snap_blocks ? end - first :
 				(size_t)g->snap_blocks;
 		copy_snapshot_pieces<<<(unsigned)blocks, 512, 0, g->snap_stream>>>(

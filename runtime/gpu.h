@@ -116,7 +116,7 @@ void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
  * Strategy G, at the begin of a checkpoint: the snapshot's copy lists are
  * reused from the start, once the last one has reached the device (at
  * once, unless a checkpoint failed before its writers copied from its
- * snapshot).
+ * snapshot; an event never recorded is complete).
  */
 int pmck__gpu_snapshot_begin(struct pmck_gpu *g);
 
@@ -125,13 +125,14 @@ int pmck__gpu_snapshot_begin(struct pmck_gpu *g);
  * waited for so far) the device-to-device copies of n sources, srcs[i] of
  * lens[i] bytes, into the snapshot buffer at offset offs[i]: the list, in
  * pieces of PMCK_GPU_SNAP_PIECE, is copied to the device and one kernel
- * copies every piece; then records snapshot event `event`.  dsts[i]
- * receives each copy's address in the snapshot (n entries of the
- * caller's).  A checkpoint snapshots each tensor once at most (-EINVAL
- * when its lists are full).  Called on the caller's thread; its current
- * device is restored.
+ * copies every piece; then records snapshot event `event`.  A checkpoint
+ * snapshots each tensor once at most (-EINVAL when its lists are full).
+ * Called on the caller's thread; its current device is restored.
  */
 int pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
-		const void *const *srcs, const size_t *lens, void **dsts);
+		const void *const *srcs, const size_t *lens);
+
+/* Strategy G: the snapshot buffer's device address (a tensor at offset o lands at + o). */
+const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
 
 #endif

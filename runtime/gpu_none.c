@@ -84,8 +84,10 @@ int pmck__gpu_snapshot_begin(struct pmck_gpu *g) { (void)g; return no_cuda(); }
 
 int
 pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
-		const void *const *srcs, const size_t *lens, void **dsts)
+		const void *const *srcs, const size_t *lens)
 {
-	(void)g, (void)event, (void)n, (void)offs, (void)srcs, (void)lens, (void)dsts;
+	(void)g, (void)event, (void)n, (void)offs, (void)srcs, (void)lens;
 	return no_cuda();
 }
+
+const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g) { (void)g; return NULL; }

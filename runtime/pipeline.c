@@ -69,7 +69,7 @@ struct pmck_pipeline {
 	uint64_t *snap_off;
 	const void **snap_src;
 	size_t *snap_len;
-	void **snap_dst;
+	uint32_t *put_ix;        /* the dense indices of a put's layers (room for every layer) */
 
 	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
@@ -468,8 +468,9 @@ index_layers(struct pmck_pipeline *p)
 	p->layer_njobs = calloc(p->nlayers, sizeof(*p->layer_njobs));
 	p->layer_started = calloc(p->nlayers, sizeof(*p->layer_started));
 	p->layer_event = calloc(p->nlayers, sizeof(*p->layer_event));
+	p->put_ix = calloc(p->nlayers ? p->nlayers : 1, sizeof(*p->put_ix));
 	if (!p->queue || !p->layer_put || !p->layer_pending || !p->layer_first || !p->layer_njobs ||
-	    !p->layer_started || !p->layer_event)
+	    !p->layer_started || !p->layer_event || !p->put_ix)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -542,8 +543,7 @@ open_gpu(struct pmck_pipeline *p)
 	p->snap_off = malloc(most * sizeof(*p->snap_off));
 	p->snap_src = malloc(most * sizeof(*p->snap_src));
 	p->snap_len = malloc(most * sizeof(*p->snap_len));
-	p->snap_dst = malloc(most * sizeof(*p->snap_dst));
-	if (!p->snap_off || !p->snap_src || !p->snap_len || !p->snap_dst)
+	if (!p->snap_off || !p->snap_src || !p->snap_len)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -712,7 +712,8 @@ pmck_pipeline_put_layer_stream(struct pmck_pipeline *p, uint32_t layer, const vo
 
 /*
  * Whether layers[0 .. n) may be put now: a checkpoint begun, each layer one
- * of the store's, not put yet, and named once.  Marks nothing on return.
+ * of the store's, not put yet, and named once.  Fills p->put_ix with their
+ * dense indices; marks nothing on return.
  */
 static int
 check_layers_locked(struct pmck_pipeline *p, const uint32_t *layers, size_t n)
@@ -731,49 +732,12 @@ check_layers_locked(struct pmck_pipeline *p, const uint32_t *layers, size_t n)
 					"put_layers: layer %u is listed twice" :
 					"put_layer(%u): layer already put in this checkpoint", layers[i]);
 		else
-			p->layer_put[ix] = 2; /* seen in this list */
+			p->layer_put[p->put_ix[i] = (uint32_t)ix] = 2; /* seen in this list */
 	}
-	while (i-- > 0) {
-		int ix = layer_index(p, layers[i]);
-		if (ix >= 0 && p->layer_put[ix] == 2)
-			p->layer_put[ix] = 0;
-	}
+	while (i-- > 0)
+		if (p->layer_put[p->put_ix[i]] == 2)
+			p->layer_put[p->put_ix[i]] = 0;
 	return ret;
-}
-
-/*
- * GPU sources of a put: one ready event on the caller's stream for all its
- * layers (that of the first), and for strategy G their snapshot, one kernel
- * for all.  p->snap_dst[k] receives the snapshot address of the put's k-th
- * non-empty tensor, in put order.
- */
-static int
-gpu_put_locked(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
-		const void *const *srcs, void *cuda_stream)
-{
-	unsigned event = (unsigned)layer_index(p, layers[0]);
-	int ret = pmck__gpu_layer_ready(p->gpu, event, cuda_stream);
-
-	for (size_t l = 0; l < n; l++)
-		p->layer_event[layer_index(p, layers[l])] = event;
-	if (ret || p->opts.source != PMCK_SOURCE_GPU_SNAPSHOT)
-		return ret;
-	struct pmck_tensor_info ti;
-	size_t k = 0;
-	for (size_t l = 0; l < n; l++) {
-		int ix = layer_index(p, layers[l]);
-		for (uint32_t t = p->layer_tstart[ix]; t < p->layer_tstart[ix + 1]; t++) {
-			size_t i = p->layer_tensor[t];
-			pmck_store_tensor(p->store, i, &ti);
-			if (ti.nbytes) {
-				p->snap_off[k] = ti.offset;
-				p->snap_src[k] = srcs[i];
-				p->snap_len[k++] = ti.nbytes;
-			}
-		}
-	}
-	return pmck__gpu_snapshot(p->gpu, event, k, p->snap_off, p->snap_src, p->snap_len,
-			p->snap_dst);
 }
 
 int
@@ -791,13 +755,20 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	}
 	if ((ret = check_layers_locked(p, layers, n)) || n == 0)
 		goto out;
-	/* On the GPU, the layers' copies (or snapshot) come after the caller's work so far. */
+	/*
+	 * GPU sources: one ready event on the caller's stream for every layer of
+	 * the put (that of the first), so their copies, or G's snapshot of them,
+	 * come after the caller's work so far.
+	 */
+	unsigned event = p->put_ix[0];
 	if (is_gpu(p))
-		ret = gpu_put_locked(p, layers, n, srcs, cuda_stream);
+		ret = pmck__gpu_layer_ready(p->gpu, event, cuda_stream);
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
-	size_t k = 0; /* the next tensor's snapshot (p->snap_dst) */
+	const char *snap = snapshot ? pmck__gpu_snapshot_base(p->gpu) : NULL;
+	size_t nsnap = 0;
 	for (size_t l = 0; l < n; l++) {
-		int ix = layer_index(p, layers[l]);
+		uint32_t ix = p->put_ix[l];
+		p->layer_event[ix] = event;
 		if (p->verify)
 			p->layer_vfirst[ix] = p->nvjobs;
 		p->layer_first[ix] = p->nseq;
@@ -805,13 +776,19 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 			size_t i = p->layer_tensor[t];
 			struct pmck_tensor_info ti;
 			pmck_store_tensor(p->store, i, &ti);
-			const char *base = snapshot && ti.nbytes ? (const char *)p->snap_dst[k++] :
-					(const char *)srcs[i];
+			/* G: the writers copy from the tensor's place in the snapshot. */
+			const char *base = srcs[i];
+			if (snapshot && ti.nbytes) {
+				base = snap + ti.offset;
+				p->snap_off[nsnap] = ti.offset;
+				p->snap_src[nsnap] = srcs[i];
+				p->snap_len[nsnap++] = ti.nbytes;
+			}
 			uint64_t off = 0;
 			do {
 				uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
-				push_locked(p, (struct job){(uint32_t)i, (uint32_t)ix, off, len,
-						base + off, 0, p->nseq++});
+				push_locked(p, (struct job){(uint32_t)i, ix, off, len, base + off, 0,
+						p->nseq++});
 				p->layer_njobs[ix]++;
 				off += len;
 			} while (off < ti.nbytes);
@@ -819,6 +796,12 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 		p->layer_put[ix] = 1;
 		p->layers_put++;
 	}
+	/*
+	 * G: all the put's tensors into the snapshot, one kernel, and its event
+	 * recorded before any writer can take a piece (the lock is held).
+	 */
+	if (snapshot && !ret)
+		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
 	if (ret && !p->error)
 		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
 	if (p->outstanding == 0 && p->layers_put == p->nlayers)
@@ -946,7 +929,7 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->snap_off);
 	free(p->snap_src);
 	free(p->snap_len);
-	free(p->snap_dst);
+	free(p->put_ix);
 	free(p);
 	*pp = NULL;
 }

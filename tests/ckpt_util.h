@@ -53,6 +53,14 @@ fill_tensor(uint64_t step, size_t t, uint8_t *buf, uint64_t n)
 	}
 }
 
+/* A pipeline source's name, as docs/gpu.md gives it. */
+static inline const char *
+source_name(enum pmck_source src)
+{
+	static const char *const n[] = {"host", "D (DMA)", "D (kernel)", "C (staged)", "G (snapshot)"};
+	return (unsigned)src < sizeof(n) / sizeof(n[0]) ? n[src] : "?";
+}
+
 /* xorshift64: *state must not be 0. */
 static inline uint64_t
 xorshift64(uint64_t *state)

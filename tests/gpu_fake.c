@@ -263,9 +263,11 @@ pmck__gpu_host_free(struct pmck_gpu *g, void *p)
 
 int pmck__gpu_snapshot_begin(struct pmck_gpu *g) { (void)g; return 0; }
 
+const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g) { return g->snapshot; }
+
 int
 pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,
-		const void *const *srcs, const size_t *lens, void **dsts)
+		const void *const *srcs, const size_t *lens)
 {
 	if (event >= g->nevents)
 		return -EINVAL;
@@ -277,8 +279,7 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 			breach("a snapshot copy outside the snapshot");
 			continue;
 		}
-		dsts[i] = g->snapshot + offs[i];
-		memcpy(dsts[i], srcs[i], lens[i]);
+		memcpy(g->snapshot + offs[i], srcs[i], lens[i]);
 	}
 	g->snapped[event]++;
 	pthread_mutex_unlock(&g->lock);
@@ -332,13 +333,6 @@ exact(struct pmck_store *s, uint64_t step)
 		if (memcmp(pmck_store_tensor_data(s, i), want[i], nbytes[i]))
 			return 0;
 	return 1;
-}
-
-static const char *
-source_name(enum pmck_source src)
-{
-	static const char *const n[] = {"host", "D (DMA)", "D (kernel)", "C (staged)", "G (snapshot)"};
-	return n[src];
 }
 
 /* Every layer of checkpoint `step`, put as `how`: 0 in one call, 1 one by one, 2 in halves. */

@@ -90,13 +90,6 @@ exact(struct pmck_store *s, uint64_t step)
 	return 1;
 }
 
-static const char *
-source_name(enum pmck_source src)
-{
-	static const char *const n[] = {"host", "D (DMA)", "D (kernel)", "C (staged)", "G (snapshot)"};
-	return n[src];
-}
-
 /* Runs checkpoints from device memory; reports each commit on fd (if >= 0). */
 static int
 gpu_checkpoints(const char *path, enum pmck_source src, uint64_t first, uint64_t last, int fd)
@@ -192,24 +185,56 @@ begin_put_all(struct pmck_pipeline *p, uint64_t step, cudaStream_t stream)
 	return ret;
 }
 
-/* The stream contract, for strategy src (pmckpt.h, "GPU sources and streams"). */
-static void
-test_streams(const char *path, enum pmck_source src, uint64_t step)
-{
+/* The store, a pipeline of strategy src (2 writers) and a non-blocking side stream. */
+struct rig {
 	struct pma_region *r;
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
 	cudaStream_t side;
+};
+
+static int
+rig_open(struct rig *g, const char *path, enum pmck_source src)
+{
+	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
+
+	*g = (struct rig){0};
+	if (open_test_store(path, 0, &g->r, &g->pool, &g->s))
+		return -1;
+	if (cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking) != cudaSuccess ||
+	    pmck_pipeline_new(g->s, &o, &g->p)) {
+		ok(0, "%s: set up: %s", source_name(src), pmck_errormsg());
+		if (g->side)
+			cudaStreamDestroy(g->side);
+		close_store(&g->r, &g->pool, &g->s);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+rig_close(struct rig *g)
+{
+	cudaStreamSynchronize(g->side);
+	cudaStreamDestroy(g->side);
+	pmck_pipeline_delete(&g->p);
+	close_store(&g->r, &g->pool, &g->s);
+}
+
+/* The stream contract, for strategy src (pmckpt.h, "GPU sources and streams"). */
+static void
+test_streams(const char *path, enum pmck_source src, uint64_t step)
+{
+	struct rig g;
 	const char *name = source_name(src);
 	int ret;
 
-	if (open_test_store(path, 0, &r, &pool, &s) || cudaStreamCreateWithFlags(&side,
-			cudaStreamNonBlocking) != cudaSuccess || pmck_pipeline_new(s, &o, &p)) {
-		ok(0, "%s: set up: %s", name, pmck_errormsg());
+	if (rig_open(&g, path, src))
 		return;
-	}
+	struct pmck_store *s = g.s;
+	struct pmck_pipeline *p = g.p;
+	cudaStream_t side = g.side;
 
 	/* 1. Sources written on a side stream, 300 ms late; put at once, no synchronisation. */
 	struct stall late = {.ms = 300};
@@ -256,10 +281,7 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 	is_int(ret, 0, "%s: committed", name);
 	ok(newest_is(s, step, 0x5a), "%s: the sources overwritten after wait_layer_stream on "
 			"the same stream: the checkpoint has the values put", name);
-	cudaStreamSynchronize(side);
-	cudaStreamDestroy(side);
-	pmck_pipeline_delete(&p);
-	close_store(&r, &pool, &s);
+	rig_close(&g);
 }
 
 /*
@@ -274,12 +296,7 @@ test_put_layers(const char *path, enum pmck_source src, uint64_t step)
 {
 	static const uint32_t order[LAYERS] = {2, 0, 3, 1};
 	static const size_t skew[PER_LAYER] = {4, 2, 6};
-	struct pma_region *r;
-	struct pma_pool *pool;
-	struct pmck_store *s;
-	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
-	cudaStream_t side;
+	struct rig g;
 	char *base[N] = {0};
 	const void *view[N];
 	const char *name = source_name(src);
@@ -290,12 +307,20 @@ test_put_layers(const char *path, enum pmck_source src, uint64_t step)
 		view[i] = base[i] + skew[i % PER_LAYER];
 	}
 	fill(step);
-	if (ret || upload() || open_test_store(path, 0, &r, &pool, &s) ||
-	    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
-	    pmck_pipeline_new(s, &o, &p)) {
-		ok(0, "%s: put_layers set up: %s", name, pmck_errormsg());
+	if (ret || upload()) {
+		ok(0, "%s: put_layers: device buffers", name);
+		ret = -1;
+	} else {
+		ret = rig_open(&g, path, src);
+	}
+	if (ret) {
+		for (size_t i = 0; i < N; i++)
+			cudaFree(base[i]);
 		return;
 	}
+	struct pmck_store *s = g.s;
+	struct pmck_pipeline *p = g.p;
+	cudaStream_t side = g.side;
 	struct stall late = {.ms = 300};
 	cudaLaunchHostFunc(side, stall_fn, &late);
 	for (size_t i = 0; i < N; i++)
@@ -313,10 +338,7 @@ test_put_layers(const char *path, enum pmck_source src, uint64_t step)
 	ok(pmck_store_recover(s, &rec) == 0 && rec.step == step && exact(s, step),
 			"%s: every tensor bit-exact from the odd views, the layer overwritten after "
 			"its stream-ordered wait included", name);
-	cudaStreamSynchronize(side);
-	cudaStreamDestroy(side);
-	pmck_pipeline_delete(&p);
-	close_store(&r, &pool, &s);
+	rig_close(&g);
 	for (size_t i = 0; i < N; i++)
 		cudaFree(base[i]);
 }

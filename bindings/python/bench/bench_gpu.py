@@ -15,7 +15,8 @@ skips where there is no GPU):
   ratio: gpu_save_jobs2_vs_jobs1, gpu_save_durable_jobs2_vs_pinned_d2h   an
           experiment (docs/gpu.md): the same saves by writers holding two GPU
           jobs each ($PMCK_GPU_JOBS_IN_FLIGHT=2), into a store of their own,
-          in turn with the others (--no-jobs2 leaves them out)
+          in turn with the others, the two stores taking turns at going first
+          (--no-jobs2 leaves them out)
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -141,24 +142,28 @@ def main():
     # whose writers hold two GPU jobs each ($PMCK_GPU_JOBS_IN_FLIGHT=2, read when the
     # store makes its pipeline, at its first save).  Host sources ignore it: on
     # --device cpu a dry run of the code.
-    save2, s2 = [], contextlib.nullcontext()
-    if a.jobs2:
-        s2 = pmckpt.Store(name="bench-gpu-jobs2", ramdisk=d)
-        os.environ["PMCK_GPU_JOBS_IN_FLIGHT"] = "2"
-        try:
-            s2.save(st, 1)
-        finally:
-            del os.environ["PMCK_GPU_JOBS_IN_FLIGHT"]
-    with pmckpt.Store(name="bench-gpu", ramdisk=d) as s, s2:
+    save2 = []
+    with contextlib.ExitStack() as stores:
+        s = stores.enter_context(pmckpt.Store(name="bench-gpu", ramdisk=d))
+        if a.jobs2:
+            s2 = stores.enter_context(pmckpt.Store(name="bench-gpu-jobs2", ramdisk=d))
+            os.environ["PMCK_GPU_JOBS_IN_FLIGHT"] = "2"
+            try:
+                s2.save(st, 1)
+            finally:
+                del os.environ["PMCK_GPU_JOBS_IN_FLIGHT"]
         s.save(st, 1)  # the first save makes the store and the pipeline
         step = 1
-        for _ in range(a.reps):
+        for rep in range(a.reps):
             d2h_t.append(timed(d2h, dev))
             d2h_flat_t.append(timed(d2h_flat, dev))
             step += 1
-            save.append(timed(lambda: s.save(st, step), dev))
-            if a.jobs2:
-                save2.append(timed(lambda: s2.save(st, step), dev))
+            # The two stores take turns at going first (what runs before a save shifts it).
+            for which in ((0, 1) if rep % 2 == 0 else (1, 0)) if a.jobs2 else (0,):
+                if which == 0:
+                    save.append(timed(lambda: s.save(st, step), dev))
+                else:
+                    save2.append(timed(lambda: s2.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
             load.append(timed(lambda: s.load(into=st), dev))
