@@ -395,11 +395,8 @@ struct pmck_pipeline_opts {
  * the whole region with cudaHostRegister (Mapped|Portable).  They copy
  * in sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged);
  * the environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8)
- * sets another size, for tuning (docs/gpu.md).  PMCK_GPU_JOBS_IN_FLIGHT
- * (1, the default, or 2) is how many pieces a writer has in flight at once
- * for the direct, kernel and snapshot sources (staged: always 1).
- * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB or PMCK_GPU_JOBS_IN_FLIGHT,
- * named in the message),
+ * sets another size, for tuning (docs/gpu.md).
+ * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, named in the message),
  * -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path unavailable: built without
  * CUDA, no driver or no device; the message says which).
  */

@@ -55,7 +55,7 @@ struct snap_copy {
 struct pmck_gpu_stream {
 	struct pmck_gpu *g;
 	cudaStream_t stream;
-	cudaEvent_t sub[PMCK_GPU_SETS * PMCK_GPU_MAX_SUB]; /* set k: [k * MAX_SUB, ...) */
+	cudaEvent_t sub[PMCK_GPU_MAX_SUB];
 	unsigned nsub;
 };
 
@@ -236,7 +236,7 @@ pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out)
 	ws->g = g;
 	CUDA_TRY(cudaSetDevice(g->device)); /* a writer thread of the library: its device for good */
 	CUDA_TRY(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
-	for (; ws->nsub < PMCK_GPU_SETS * PMCK_GPU_MAX_SUB; ws->nsub++)
+	for (; ws->nsub < PMCK_GPU_MAX_SUB; ws->nsub++)
 		CUDA_TRY(cudaEventCreateWithFlags(&ws->sub[ws->nsub], cudaEventDisableTiming));
 	return 0;
 }
@@ -309,18 +309,16 @@ enqueue_copy(struct pmck_gpu_stream *ws, enum pmck_gpu_copy how, char *dst, cons
 }
 
 extern "C" int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
-		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
-		size_t sub, size_t job, unsigned *nsub)
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub)
 {
 	struct pmck_gpu *g = ws->g;
-	cudaEvent_t *events = &ws->sub[set * PMCK_GPU_MAX_SUB];
 
 	*nsub = 0;
-	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->ndone || event >= g->nready ||
-	    set >= PMCK_GPU_SETS)
-		return pmck__err(-EINVAL, "GPU path: a copy of %zu bytes (job %zu, event %u, set %u)",
-				len, job, event, set);
+	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->ndone || event >= g->nready)
+		return pmck__err(-EINVAL, "GPU path: a copy of %zu bytes (job %zu, event %u)", len,
+				job, event);
 	/* On the GPU: after the work that produced the sources (or their snapshot). */
 	CUDA_TRY(cudaStreamWaitEvent(ws->stream, from_snapshot ? g->snapped[event] :
 			g->ready[event], 0));
@@ -329,7 +327,7 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
 		int ret = enqueue_copy(ws, how, (char *)dst + off, (const char *)src + off, n);
 		if (ret)
 			return ret;
-		CUDA_TRY(cudaEventRecord(events[*nsub], ws->stream));
+		CUDA_TRY(cudaEventRecord(ws->sub[*nsub], ws->stream));
 		++*nsub;
 	}
 	/* The source has been read once this fires (a caller's stream may then change it). */
@@ -338,9 +336,9 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
 }
 
 extern "C" int
-pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i)
+pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 {
-	CUDA_TRY(cudaEventSynchronize(ws->sub[set * PMCK_GPU_MAX_SUB + i]));
+	CUDA_TRY(cudaEventSynchronize(ws->sub[i]));
 	return 0;
 }
 

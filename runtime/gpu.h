@@ -74,8 +74,6 @@ int pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream);
 #define PMCK_GPU_SUB ((size_t)2 << 20)
 #define PMCK_GPU_SUB_DMA ((size_t)4 << 20)
 #define PMCK_GPU_MAX_SUB 8
-/* Copies a writer's stream can have in flight at once, each with its own sub-copy events. */
-#define PMCK_GPU_SETS 2
 /* Strategy G: the snapshot kernel's unit of work per thread block. */
 #define PMCK_GPU_SNAP_PIECE ((size_t)1 << 20)
 
@@ -90,15 +88,14 @@ enum pmck_gpu_copy {
  * (in the region, or a pinned host buffer for PMCK_GPU_TO_HOST) after
  * ready event `event` (from_snapshot: after that snapshot event; src is
  * then in the snapshot), in sub-copies of `sub` bytes, each followed by an
- * event of `set` (< PMCK_GPU_SETS: a copy per set may be in flight); then
- * records job's done event.  Returns at once; *nsub: the sub-copies
- * enqueued.  len <= sub * PMCK_GPU_MAX_SUB.
+ * event; then records job's done event.  Returns at once; *nsub: the
+ * sub-copies enqueued.  len <= sub * PMCK_GPU_MAX_SUB.
  */
-int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
-		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
-		size_t sub, size_t job, unsigned *nsub);
-/* Waits (host) until sub-copy i of the last copy_start of `set` has landed. */
-int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i);
+int pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub);
+/* Waits (host) until sub-copy i of the last copy_start has landed. */
+int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
 
 /*
  * Makes `stream` (NULL: the legacy default stream) wait on the GPU for

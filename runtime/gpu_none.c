@@ -46,20 +46,20 @@ pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 }
 
 int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
-		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
-		size_t sub, size_t job, unsigned *nsub)
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub)
 {
-	(void)ws, (void)set, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src;
+	(void)ws, (void)event, (void)from_snapshot, (void)how, (void)dst, (void)src;
 	(void)len, (void)sub, (void)job;
 	*nsub = 0;
 	return no_cuda();
 }
 
 int
-pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i)
+pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 {
-	(void)ws, (void)set, (void)i;
+	(void)ws, (void)i;
 	return no_cuda();
 }
 

@@ -50,7 +50,6 @@ struct pmck_pipeline {
 	struct pmck_pipeline_opts opts;
 	struct pmck_gpu *gpu;
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
-	unsigned jobs_in_flight; /* jobs a writer holds at once (GPU: 1 or 2, else 1) */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
@@ -161,79 +160,45 @@ job_started(struct pmck_pipeline *p, const struct job *j)
 }
 
 /*
- * A job a writer has taken off the queue.  A GPU job's copies are enqueued
- * when it is taken (gpu_job_start) and land later (gpu_job_land); with two
- * jobs held (p->jobs_in_flight, $PMCK_GPU_JOBS_IN_FLIGHT) the second's
- * copies cross PCIe while the writer hashes the first's last sub-copy.
- */
-struct held {
-	struct job j;
-	int skip;      /* taken after a failure, or by a writer without a stream: not run */
-	int ret;       /* GPU: the result of enqueueing its copies */
-	unsigned set;  /* GPU: its sub-copy events on the writer's stream (gpu.h) */
-	unsigned nsub; /* GPU: sub-copies enqueued */
-};
-
-/* Where a GPU job's bytes land: the slot, or strategy C's pinned buffer of the writer. */
-static char *
-gpu_job_dst(struct pmck_pipeline *p, const struct job *j, unsigned self)
-{
-	if (p->opts.source == PMCK_SOURCE_GPU_STAGED)
-		return p->staging[self];
-	return (char *)pmck_ckpt_tensor_ptr(p->ckpt, j->tensor) + j->off;
-}
-
-/*
- * A piece from device memory, started: its sub-copies are enqueued at once
- * on this writer's stream, after the layer's ready event (the caller's work
- * that produced the sources); G copies from the snapshot, after its event.
- */
-static void
-gpu_job_start(struct pmck_pipeline *p, struct held *h, unsigned self, struct pmck_gpu_stream *ws)
-{
-	const struct job *j = &h->j;
-	enum pmck_gpu_copy how = p->opts.source == PMCK_SOURCE_GPU_STAGED ? PMCK_GPU_TO_HOST :
-		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
-
-	h->ret = pmck__gpu_copy_start(ws, h->set, p->layer_event[j->layer],
-			p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT, how, gpu_job_dst(p, j, self),
-			j->src, j->len, p->gpu_sub, j->seq, &h->nsub);
-	job_started(p, j);
-}
-
-/*
- * A started piece, landed: each sub-copy is flushed and hashed as it lands
- * while the next ones are still crossing PCIe.  Strategy C lands in the
- * writer's pinned buffer and is copied on by the fused copy.
+ * A piece from device memory: its sub-copies are enqueued at once on this
+ * writer's stream, after the layer's ready event (the caller's work that
+ * produced the sources), and each is flushed and hashed as it lands while
+ * the next ones are still crossing PCIe.  Strategy C lands in the writer's
+ * pinned buffer and is copied on by the fused copy; G copies from the
+ * layer's snapshot, after its snapshot event.
  */
 static int
-gpu_job_land(struct pmck_pipeline *p, const struct held *h, unsigned self,
+run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 		struct pmck_gpu_stream *ws)
 {
-	const struct job *j = &h->j;
 	struct pmck_ckpt *c = p->ckpt;
-	const char *dst = gpu_job_dst(p, j, self);
-	int ret = h->ret;
+	int staged = p->opts.source == PMCK_SOURCE_GPU_STAGED;
+	enum pmck_gpu_copy how = staged ? PMCK_GPU_TO_HOST :
+		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
+	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
+	unsigned nsub = 0;
+	int ret = pmck__gpu_copy_start(ws, p->layer_event[j->layer],
+			p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
+			how, dst, j->src, j->len, p->gpu_sub, j->seq, &nsub);
 
-	for (unsigned i = 0; i < h->nsub && !ret; i++) {
+	job_started(p, j);
+	for (unsigned i = 0; i < nsub && !ret; i++) {
 		uint64_t off = (uint64_t)i * p->gpu_sub;
 		uint64_t n = j->len - off < p->gpu_sub ? j->len - off : p->gpu_sub;
-		if (!(ret = pmck__gpu_copy_wait(ws, h->set, i)))
-			ret = p->opts.source == PMCK_SOURCE_GPU_STAGED ?
-				pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n) :
+		if (!(ret = pmck__gpu_copy_wait(ws, i)))
+			ret = staged ? pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n) :
 				pmck__ckpt_landed(c, j->tensor, j->off + off, n);
 	}
 	/* After a failure no copy of this job may still be landing when the slot is reused. */
-	if (ret && h->nsub)
-		pmck__gpu_copy_wait(ws, h->set, h->nsub - 1); /* in stream order: the last is all */
+	if (ret && nsub)
+		pmck__gpu_copy_wait(ws, nsub - 1); /* the stream runs in order: the last one is all */
 	return ret;
 }
 
 /* Copies one piece into the slot and makes it durable; runs on a writer thread. */
 static int
-run_job(struct pmck_pipeline *p, const struct held *h, unsigned self, struct pmck_gpu_stream *ws)
+run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck_gpu_stream *ws)
 {
-	const struct job *j = &h->j;
 	int ret;
 
 	if (j->verify)
@@ -241,7 +206,7 @@ run_job(struct pmck_pipeline *p, const struct held *h, unsigned self, struct pmc
 	if (p->opts.source == PMCK_SOURCE_HOST)
 		ret = pmck_ckpt_write_range(p->ckpt, j->tensor, j->off, j->src, j->len);
 	else
-		ret = gpu_job_land(p, h, self, ws);
+		ret = run_gpu_job(p, j, self, ws);
 	/* Persist point: this thread's non-temporal stores and flushes of the piece are durable. */
 	pma_region_drain(p->store->region);
 	return ret;
@@ -249,39 +214,6 @@ run_job(struct pmck_pipeline *p, const struct held *h, unsigned self, struct pmc
 
 static void finish_locked(struct pmck_pipeline *p);
 static void queue_verify_locked(struct pmck_pipeline *p, uint32_t layer);
-
-/* Takes the job at the head of the queue (lock held, queue not empty). */
-static void
-take_locked(struct pmck_pipeline *p, struct held *h, int bind_err)
-{
-	h->j = p->queue[p->qhead];
-	p->qhead = (p->qhead + 1) % p->qcap;
-	p->qlen--;
-	h->skip = bind_err || p->error != 0;
-	h->ret = 0;
-	h->nsub = 0;
-}
-
-/* A held job is done (run, or skipped): the accounting, and the commit after the last. */
-static void
-job_done_locked(struct pmck_pipeline *p, const struct held *h, int ret)
-{
-	const struct job *j = &h->j;
-
-	if (is_gpu(p) && h->skip && ++p->layer_started[j->layer] == p->layer_njobs[j->layer])
-		pthread_cond_broadcast(&p->done); /* nothing enqueued: nothing to order after */
-	if (ret && !p->error) {
-		p->error = ret;
-		snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
-	}
-	if (p->verify && !j->verify && --p->layer_copies[j->layer] == 0)
-		queue_verify_locked(p, j->layer);
-	p->outstanding--;
-	if (--p->layer_pending[j->layer] == 0)
-		pthread_cond_broadcast(&p->done);
-	if (p->outstanding == 0 && p->layers_put == p->nlayers)
-		finish_locked(p);
-}
 
 static void *
 writer(void *arg)
@@ -308,37 +240,35 @@ writer(void *arg)
 	struct sched_param batch = {0};
 	pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
 
-	struct held h[PMCK_GPU_SETS];
-	unsigned nheld = 0, next_set = 0;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		if (nheld == 0) {
-			while (!p->stop && p->qlen == 0)
-				pthread_cond_wait(&p->work, &p->lock);
-			if (p->qlen == 0)
-				break; /* stop, and nothing left */
-		}
-		/* Up to jobs_in_flight held, GPU copies enqueued; a second one is not waited for. */
-		while (nheld < p->jobs_in_flight && p->qlen > 0) {
-			struct held *t = &h[nheld++];
-			take_locked(p, t, bind_err);
-			t->set = next_set;
-			next_set = (next_set + 1) % PMCK_GPU_SETS;
-			if (is_gpu(p) && !t->skip && !t->j.verify) {
-				pthread_mutex_unlock(&p->lock);
-				gpu_job_start(p, t, self, ws);
-				pthread_mutex_lock(&p->lock);
-			}
-		}
+		while (!p->stop && p->qlen == 0)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (p->qlen == 0)
+			break; /* stop, and nothing left */
+		struct job j = p->queue[p->qhead];
+		p->qhead = (p->qhead + 1) % p->qcap;
+		p->qlen--;
+		int skip = p->error != 0;
 		pthread_mutex_unlock(&p->lock);
 
-		int ret = h[0].skip ? bind_err : run_job(p, &h[0], self, ws);
+		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws);
 
 		pthread_mutex_lock(&p->lock);
-		job_done_locked(p, &h[0], ret);
-		for (unsigned k = 1; k < nheld; k++)
-			h[k - 1] = h[k];
-		nheld--;
+		if (is_gpu(p) && (bind_err || skip) &&
+		    ++p->layer_started[j.layer] == p->layer_njobs[j.layer])
+			pthread_cond_broadcast(&p->done); /* nothing enqueued: nothing to order after */
+		if (ret && !p->error) {
+			p->error = ret;
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
+		}
+		if (p->verify && !j.verify && --p->layer_copies[j.layer] == 0)
+			queue_verify_locked(p, j.layer);
+		p->outstanding--;
+		if (--p->layer_pending[j.layer] == 0)
+			pthread_cond_broadcast(&p->done);
+		if (p->outstanding == 0 && p->layers_put == p->nlayers)
+			finish_locked(p);
 	}
 	pthread_mutex_unlock(&p->lock);
 	pmck__gpu_stream_delete(&ws);
@@ -498,37 +428,12 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 	return 0;
 }
 
-/*
- * Jobs a writer holds at once: $PMCK_GPU_JOBS_IN_FLIGHT, 1 (the default) or
- * 2, for the strategies whose copies land in the slot (D, G); strategy C's
- * copies land in the writer's one staging buffer, so it holds one.  Two
- * keep a writer's stream busy while it hashes a job's last sub-copy: an
- * experiment not yet measured on a GPU (docs/gpu.md).
- */
-static int
-gpu_jobs_in_flight(enum pmck_source source, unsigned *jobs)
-{
-	const char *e = getenv("PMCK_GPU_JOBS_IN_FLIGHT");
-
-	*jobs = 1;
-	if (!e || !*e)
-		return 0;
-	if (strcmp(e, "1") && strcmp(e, "2"))
-		return pma__err(-EINVAL, "PMCK_GPU_JOBS_IN_FLIGHT=%s: a writer holds 1 or 2 GPU "
-				"jobs at once", e);
-	if (source != PMCK_SOURCE_GPU_STAGED)
-		*jobs = (unsigned)(*e - '0');
-	return 0;
-}
-
 static int
 open_gpu(struct pmck_pipeline *p)
 {
 	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
 			pmck_store_data_size(p->store) : 0;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
-	if (!ret)
-		ret = gpu_jobs_in_flight(p->opts.source, &p->jobs_in_flight);
 	if (ret)
 		return ret;
 	size_t ntensors = pmck_store_ntensors(p->store);
@@ -581,7 +486,6 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 	p->store = s;
 	p->opts = o;
 	p->nthreads = o.threads;
-	p->jobs_in_flight = 1;
 	p->verify = (o.flags & PMCK_PIPELINE_VERIFY_SOURCES) && o.source == PMCK_SOURCE_HOST;
 	p->cpus = node_cpus(o.numa_node);
 	pthread_mutex_init(&p->lock, NULL);

@@ -10,7 +10,7 @@
  * would have finished the earlier ones by then); a snapshot is copied at
  * once; a caller's stream-ordered wait runs every queued copy.  It checks
  * the contract the real one relies on, counting breaches: a copy started
- * before its ready (or snapshot) event was recorded, a set of sub-copy
+ * before its ready (or snapshot) event was recorded, a stream's sub-copy
  * events reused while its copies are in flight, a copy landing outside the
  * region, a stream deleted with copies queued.
  *
@@ -42,20 +42,19 @@ breach(const char *what)
 }
 
 #define MAX_STREAMS 64
-#define FIFO (PMCK_GPU_SETS * PMCK_GPU_MAX_SUB)
+#define FIFO PMCK_GPU_MAX_SUB
 
 struct copy {
 	char *dst;
 	const char *src;
 	size_t len;
-	unsigned set, i;
+	unsigned i;
 };
 
 struct pmck_gpu_stream {
 	struct pmck_gpu *g;
 	struct copy fifo[FIFO]; /* queued, not yet run, in stream order */
 	unsigned head, n;
-	unsigned pending[PMCK_GPU_SETS]; /* queued copies of each set */
 };
 
 struct pmck_gpu {
@@ -170,21 +169,19 @@ run_one_locked(struct pmck_gpu_stream *ws)
 	struct copy *c = &ws->fifo[ws->head];
 
 	memcpy(c->dst, c->src, c->len);
-	ws->pending[c->set]--;
 	ws->head = (ws->head + 1) % FIFO;
 	ws->n--;
 }
 
 int
-pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
-		int from_snapshot, enum pmck_gpu_copy how, void *dst, const void *src, size_t len,
-		size_t sub, size_t job, unsigned *nsub)
+pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapshot,
+		enum pmck_gpu_copy how, void *dst, const void *src, size_t len, size_t sub,
+		size_t job, unsigned *nsub)
 {
 	struct pmck_gpu *g = ws->g;
 
 	*nsub = 0;
-	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->njobs || event >= g->nevents ||
-	    set >= PMCK_GPU_SETS)
+	if (!sub || len > sub * PMCK_GPU_MAX_SUB || job >= g->njobs || event >= g->nevents)
 		return -EINVAL;
 	pthread_mutex_lock(&g->lock);
 	if (!g->ready[event])
@@ -195,30 +192,28 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned set, unsigned event,
 	if (how != PMCK_GPU_TO_HOST &&
 	    ((char *)dst < g->base || (char *)dst + len > g->base + g->size))
 		breach("a copy landing outside the region");
-	if (ws->pending[set])
-		breach("a set of sub-copy events reused while its copies are queued");
+	if (ws->n)
+		breach("a stream's sub-copy events reused while its copies are queued");
 	for (size_t off = 0; off < len; off += sub) {
 		struct copy *c = &ws->fifo[(ws->head + ws->n++) % FIFO];
 		*c = (struct copy){(char *)dst + off, (const char *)src + off,
-				len - off < sub ? len - off : sub, set, (*nsub)++};
-		ws->pending[set]++;
+				len - off < sub ? len - off : sub, (*nsub)++};
 	}
 	pthread_mutex_unlock(&g->lock);
 	return 0;
 }
 
 int
-pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned set, unsigned i)
+pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 {
 	int n = atomic_load(&fail_wait_in);
 
 	while (n >= 0 && !atomic_compare_exchange_weak(&fail_wait_in, &n, n - 1))
 		;
 	pthread_mutex_lock(&ws->g->lock);
-	/* Everything queued up to and including sub-copy i of `set` (if still queued). */
+	/* Everything queued up to and including sub-copy i (if still queued). */
 	unsigned k = 0;
-	while (k < ws->n && !(ws->fifo[(ws->head + k) % FIFO].set == set &&
-			ws->fifo[(ws->head + k) % FIFO].i == i))
+	while (k < ws->n && ws->fifo[(ws->head + k) % FIFO].i != i)
 		k++;
 	if (k < ws->n)
 		for (unsigned m = 0; m <= k; m++)
@@ -366,7 +361,7 @@ checkpoint(struct pmck_pipeline *p, uint64_t step, int how)
 }
 
 static void
-test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *step)
+test_source(const char *path, enum pmck_source src, uint64_t *step)
 {
 	struct pma_region *r;
 	struct pma_pool *pool;
@@ -374,13 +369,11 @@ test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *ste
 	struct pmck_pipeline *p;
 	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src};
 	const char *name = source_name(src);
-	char env[2] = {(char)('0' + jobs), 0};
 	unsigned before = atomic_load(&breaches);
 
-	setenv("PMCK_GPU_JOBS_IN_FLIGHT", env, 1);
 	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
 	    pmck_pipeline_new(s, &o, &p)) {
-		ok(0, "%s, %u jobs: set up: %s", name, jobs, pmck_errormsg());
+		ok(0, "%s: set up: %s", name, pmck_errormsg());
 		return;
 	}
 	/* Three checkpoints, the layers put in one call, one by one, and in two calls. */
@@ -390,8 +383,8 @@ test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *ste
 		ret = checkpoint(p, *step, how);
 		same &= !ret && exact(s, *step);
 	}
-	ok(!ret && same, "%s, %u jobs: three checkpoints (put_layers, put_layer, halves), each "
-			"recovered bit-exact (%s)", name, jobs, ret ? pmck_errormsg() : "");
+	ok(!ret && same, "%s: three checkpoints (put_layers, put_layer, halves), each recovered "
+			"bit-exact (%s)", name, ret ? pmck_errormsg() : "");
 
 	/* A stream-ordered wait for a layer, then its sources overwritten: the values put stay. */
 	fill(++*step);
@@ -404,8 +397,8 @@ test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *ste
 		memset(dev[i], 0xee, nbytes[i]);
 	if (!ret)
 		ret = pmck_pipeline_wait(p);
-	ok(!ret && exact(s, *step), "%s, %u jobs: sources overwritten after wait_layer_stream: "
-			"the checkpoint has the values put", name, jobs);
+	ok(!ret && exact(s, *step), "%s: sources overwritten after wait_layer_stream: the "
+			"checkpoint has the values put", name);
 
 	/* A copy that fails: the checkpoint aborts, nothing lands later, the next one commits. */
 	uint64_t good = *step;
@@ -413,19 +406,17 @@ test_source(const char *path, enum pmck_source src, unsigned jobs, uint64_t *ste
 	atomic_store(&fail_wait_in, 5);
 	ret = checkpoint(p, *step, 0);
 	atomic_store(&fail_wait_in, -1);
-	is_int(ret, -EIO, "%s, %u jobs: a failed copy fails the checkpoint", name, jobs);
+	is_int(ret, -EIO, "%s: a failed copy fails the checkpoint", name);
 	struct pmck_recovery rec;
-	ok(pmck_store_recover(s, &rec) == 0 && rec.step == good, "%s, %u jobs: the step before it "
-			"is still the newest", name, jobs);
+	ok(pmck_store_recover(s, &rec) == 0 && rec.step == good, "%s: the step before it is "
+			"still the newest", name);
 	fill(++*step);
 	ret = checkpoint(p, *step, 1);
-	ok(!ret && exact(s, *step), "%s, %u jobs: the next checkpoint commits, bit-exact", name,
-			jobs);
+	ok(!ret && exact(s, *step), "%s: the next checkpoint commits, bit-exact", name);
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	unsigned n = atomic_load(&breaches) - before;
-	is_int(n, 0, "%s, %u jobs: no breach of the GPU contract%s%s", name, jobs, n ? ": " : "",
-			n ? first_breach : "");
+	is_int(n, 0, "%s: no breach of the GPU contract%s%s", name, n ? ": " : "", n ? first_breach : "");
 }
 
 int
@@ -442,11 +433,8 @@ main(void)
 		return 1;
 	close_store(&r, &pool, &s);
 	uint64_t step = 0;
-	for (unsigned jobs = 1; jobs <= 2; jobs++)
-		for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT;
-				src++)
-			test_source(path, src, jobs, &step);
-	unsetenv("PMCK_GPU_JOBS_IN_FLIGHT");
+	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT; src++)
+		test_source(path, src, &step);
 	unlink(path);
 	for (size_t i = 0; i < N; i++) {
 		free(dev[i]);

@@ -447,10 +447,7 @@ test_scattered_layers(const char *path)
 		same &= len[i] == 0 || !memcmp(pmck_store_tensor_data(s, i), buf[i], len[i]);
 	ok(same, "step 2: every tensor of every layer bit-exact");
 
-	/*
-	 * A bad $PMCK_GPU_SUB_MIB or $PMCK_GPU_JOBS_IN_FLIGHT is refused by name,
-	 * before the GPU is even looked for.
-	 */
+	/* A bad $PMCK_GPU_SUB_MIB is refused by name, before the GPU is even looked for. */
 	static const char *const bad[] = {"0", "9", "2x", "-1"};
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
 		setenv("PMCK_GPU_SUB_MIB", bad[k], 1);
@@ -461,17 +458,6 @@ test_scattered_layers(const char *path)
 				pmck_errormsg());
 	}
 	unsetenv("PMCK_GPU_SUB_MIB");
-	static const char *const bad_jobs[] = {"0", "3", "12", "x"};
-	for (size_t k = 0; k < sizeof(bad_jobs) / sizeof(bad_jobs[0]); k++) {
-		setenv("PMCK_GPU_JOBS_IN_FLIGHT", bad_jobs[k], 1);
-		o = (struct pmck_pipeline_opts){.threads = 1, .source = PMCK_SOURCE_GPU_SNAPSHOT};
-		p = NULL;
-		is_int(pmck_pipeline_new(s, &o, &p), -EINVAL, "PMCK_GPU_JOBS_IN_FLIGHT=%s refused",
-				bad_jobs[k]);
-		ok(!p && strstr(pmck_errormsg(), "PMCK_GPU_JOBS_IN_FLIGHT"), "saying which setting: %s",
-				pmck_errormsg());
-	}
-	unsetenv("PMCK_GPU_JOBS_IN_FLIGHT");
 	close_store(&r, &pool, &s);
 	for (size_t i = 0; i < NT; i++)
 		free(buf[i]);

@@ -10,7 +10,8 @@
 #         time goes on the training thread; GPU_KIT_PROFILE_CONFIGS, default
 #         pm_every10,pmsnap_every10), about a minute.
 # GPU_KIT_BENCH_ARGS: extra arguments of bench_gpu.py (e.g. --no-train).
-# GPU_KIT_PIPEBENCH_JOBS: the PMCK_GPU_JOBS_IN_FLIGHT values pmck-pipebench runs with ("1 2").
+# GPU_KIT_PIPEBENCH_THREADS: writer counts pmck-pipebench also runs with (--gpu-threads),
+# after its default run (e.g. "4 12 16"; each about 6 s on an H100).
 # GPU_KIT_TIMEOUT_PIPELINE, GPU_KIT_TIMEOUT_TESTS: seconds for gpu_pipeline (180) and
 # test_gpu.py (300): shorter where a hang must not eat a short lease.
 # Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
@@ -67,12 +68,12 @@ if [ "$what" != checks ]; then
 	step "bench_gpu.py (save, load, stall, training at batch 8 and 32)"
 	py 420 ../bench/bench_gpu.py ${GPU_KIT_BENCH_ARGS:-} >"$OUT/bench_gpu.txt" 2>&1
 	echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/bench_gpu.txt"
-	# Each with writers holding 1 and 2 GPU jobs ($PMCK_GPU_JOBS_IN_FLIGHT, docs/gpu.md).
-	for jobs in ${GPU_KIT_PIPEBENCH_JOBS:-1 2}; do
-		f=$OUT/pipebench$([ "$jobs" = 1 ] || echo "_jobs$jobs").txt
-		step "pmck-pipebench --gpu-only, PMCK_GPU_JOBS_IN_FLIGHT=$jobs"
-		PMCK_GPU_JOBS_IN_FLIGHT=$jobs LD_LIBRARY_PATH=$K/lib timeout 120 \
-			"$K/bin/pmck-pipebench" --gpu-only --dir /dev/shm >"$f" 2>&1
+	# Once with the default writers, then once per GPU_KIT_PIPEBENCH_THREADS value.
+	for t in default ${GPU_KIT_PIPEBENCH_THREADS:-}; do
+		f=$OUT/pipebench$([ "$t" = default ] || echo "_threads$t").txt
+		step "pmck-pipebench --gpu-only $([ "$t" = default ] || echo "--gpu-threads $t")"
+		LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/pmck-pipebench" --gpu-only --dir /dev/shm \
+			$([ "$t" = default ] || echo "--gpu-threads $t") >"$f" 2>&1
 		echo "rc $?"; grep -E '^(bench|ratio):' "$f"
 	done
 fi

@@ -12,11 +12,6 @@ skips where there is no GPU):
           (goal >= 0.8)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
-  ratio: gpu_save_jobs2_vs_jobs1, gpu_save_durable_jobs2_vs_pinned_d2h   an
-          experiment (docs/gpu.md): the same saves by writers holding two GPU
-          jobs each ($PMCK_GPU_JOBS_IN_FLIGHT=2), into a store of their own,
-          in turn with the others, the two stores taking turns at going first
-          (--no-jobs2 leaves them out)
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -33,9 +28,8 @@ Each figure is the median of --reps repetitions (the training ratios: of
 configurations checkpoint once in them, the every-step ones 10 times).
 --device cpu runs the same code on host tensors (with unpinned baselines): a
 dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
-[--train-reps N] [--no-train] [--no-jobs2] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
+[--train-reps N] [--no-train] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
@@ -87,8 +81,6 @@ def main():
                     help="bench_train.py's repetitions (DCP every step takes ~5 s a step at "
                          "batch 8 on an H100)")
     ap.add_argument("--shm", default="/dev/shm")
-    ap.add_argument("--no-jobs2", dest="jobs2", action="store_false",
-                    help="skip the saves with PMCK_GPU_JOBS_IN_FLIGHT=2")
     ap.add_argument("--b32", default="none,pm_every1",
                     help="bench_train.py configurations at batch 32 (--b32= for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
@@ -138,32 +130,14 @@ def main():
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
-    # An experiment (docs/gpu.md): the same saves, in turn with the others, into a store
-    # whose writers hold two GPU jobs each ($PMCK_GPU_JOBS_IN_FLIGHT=2, read when the
-    # store makes its pipeline, at its first save).  Host sources ignore it: on
-    # --device cpu a dry run of the code.
-    save2 = []
-    with contextlib.ExitStack() as stores:
-        s = stores.enter_context(pmckpt.Store(name="bench-gpu", ramdisk=d))
-        if a.jobs2:
-            s2 = stores.enter_context(pmckpt.Store(name="bench-gpu-jobs2", ramdisk=d))
-            os.environ["PMCK_GPU_JOBS_IN_FLIGHT"] = "2"
-            try:
-                s2.save(st, 1)
-            finally:
-                del os.environ["PMCK_GPU_JOBS_IN_FLIGHT"]
+    with pmckpt.Store(name="bench-gpu", ramdisk=d) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
         step = 1
         for rep in range(a.reps):
             d2h_t.append(timed(d2h, dev))
             d2h_flat_t.append(timed(d2h_flat, dev))
             step += 1
-            # The two stores take turns at going first (what runs before a save shifts it).
-            for which in ((0, 1) if rep % 2 == 0 else (1, 0)) if a.jobs2 else (0,):
-                if which == 0:
-                    save.append(timed(lambda: s.save(st, step), dev))
-                else:
-                    save2.append(timed(lambda: s2.save(st, step), dev))
+            save.append(timed(lambda: s.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
             load.append(timed(lambda: s.load(into=st), dev))
@@ -186,10 +160,6 @@ def main():
     print(f"bench: gpu_pinned_d2h_per_tensor {nbytes / med(d2h_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_d2h_one_copy {nbytes / med(d2h_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_save_durable_vs_pinned_d2h {d2h_best / med(save):.3f}")
-    if save2:
-        print(f"bench: gpu_save_durable_jobs2 {nbytes / med(save2) / 1e9:.2f} GB/s")
-        print(f"ratio: gpu_save_durable_jobs2_vs_pinned_d2h {d2h_best / med(save2):.3f}")
-        print(f"ratio: gpu_save_jobs2_vs_jobs1 {med(save) / med(save2):.3f}")
     print(f"bench: gpu_load_into {nbytes / med(load) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_per_tensor {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")

@@ -33,8 +33,6 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmq_every{1,10}, pmqsnap_every{1,10}  pm and pmsnap with Store(on_busy="queue"):
                   a save behind one in flight returns at once and begins in
                   the store's thread when that one has committed
-  pmj2_every{1,10}, pmqsnapj2_every{1,10}  pm and pmqsnap with writers holding
-                  two GPU jobs each ($PMCK_GPU_JOBS_IN_FLIGHT=2, docs/gpu.md)
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
@@ -266,12 +264,9 @@ class NoCkpt:
 
 
 class PmCkpt:
-    def __init__(self, a, job, every, name, shared=None, group=None, env=None, **store_kw):
+    def __init__(self, a, job, every, name, shared=None, group=None, **store_kw):
         self.every = every
         self.shared = shared
-        # Set while the first save makes the store's pipeline (where e.g.
-        # $PMCK_GPU_JOBS_IN_FLIGHT is read), then taken away again.
-        self.env = env
         self.store = pmckpt.Store(name=name, ramdisk=a.pm_dir, shared_dir=shared, keep=2,
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
@@ -282,16 +277,7 @@ class PmCkpt:
         t0 = time.perf_counter()
         if self.prof:
             self.prof.enable()
-        if self.env:
-            os.environ.update(self.env)
-            try:
-                self.store.save_async(job.state(), job.step)
-            finally:
-                for k in self.env:
-                    del os.environ[k]
-                self.env = None
-        else:
-            self.store.save_async(job.state(), job.step)
+        self.store.save_async(job.state(), job.step)
         if self.prof:
             self.prof.disable()
         self.call += time.perf_counter() - t0
@@ -416,10 +402,6 @@ def make_ckpt(cfg, a, job, name, group=None):
     if kind == "pmqsnap":  # both
         return PmCkpt(a, job, every, name, group=group, on_busy="queue", gpu_source="snapshot",
                       **kw)
-    if kind in ("pmj2", "pmqsnapj2"):  # CUDA: writers hold two GPU jobs (docs/gpu.md)
-        extra = dict(on_busy="queue", gpu_source="snapshot") if kind == "pmqsnapj2" else {}
-        return PmCkpt(a, job, every, name, group=group, env={"PMCK_GPU_JOBS_IN_FLIGHT": "2"},
-                      **extra, **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
@@ -624,11 +606,6 @@ def main():
     ratio("train_tput_queue_every10_vs_none", "pmq_every10", "none", R)
     ratio("train_tput_queue_snapshot_every_step_vs_none", "pmqsnap_every1", "none", R)
     ratio("train_tput_queue_snapshot_every10_vs_none", "pmqsnap_every10", "none", R)
-    ratio("train_tput_every_step_jobs2_vs_none", "pmj2_every1", "none", R)
-    ratio("train_tput_every_step_jobs2_vs_jobs1", "pmj2_every1", "pm_every1", R)
-    ratio("train_tput_queue_snapshot_every10_jobs2_vs_none", "pmqsnapj2_every10", "none", R)
-    ratio("train_tput_queue_snapshot_every_step_jobs2_vs_jobs1", "pmqsnapj2_every1",
-          "pmqsnap_every1", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
