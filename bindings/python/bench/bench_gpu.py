@@ -12,6 +12,9 @@ skips where there is no GPU):
           (goal >= 0.8)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
+  ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
+          like GPT-2 medium's with AdamW (1174 small tensors), against the same
+          call without the store's memo of its previous save (call_cost)
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -28,7 +31,7 @@ Each figure is the median of --reps repetitions (the training ratios: of
 configurations checkpoint once in them, the every-step ones 10 times).
 --device cpu runs the same code on host tensors (with unpinned baselines): a
 dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
-[--train-reps N] [--no-train] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
+[--train-reps N] [--call-reps N] [--no-train] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
 import os
 import statistics
@@ -71,12 +74,58 @@ def timed(fn, dev):
     return time.perf_counter() - t0
 
 
+def call_cost(dev, a):
+    """The save_async call for a state shaped like GPT-2 medium's with AdamW (24
+    blocks: 1174 tensors, ~4500 values; small tensors, so that the call is what
+    is timed), against the same call without the memo of the store's previous
+    save (Flattener(memo=): a tensor at the same key path with the same address,
+    shape, strides, dtype and device is declared as then).  The baseline is made
+    by dropping the store's memo before the call (a private attribute: this
+    benchmark's only use of one); the two alternate, each call's checkpoint
+    waited for outside the timing."""
+    sys.path.insert(0, HERE)
+    import bench_train
+    torch.manual_seed(0)
+    model = bench_train.GPT(1024, 64, 64, 24, 4).to(dev)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": rest, "weight_decay": 0.0}], lr=3e-4, foreach=True)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    st = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}
+    ntensors = sum(1 for _ in bench_train.pmckpt_tensors(st))
+    d = tempfile.mkdtemp(prefix="pmck-bench-call-", dir=a.shm)
+    memo, cold = [], []
+    try:
+        with pmckpt.Store(name="bench-call", ramdisk=d) as s:
+            s.save(st, 1)
+            for i in range(2, 2 + 2 * a.call_reps):
+                forget = i % 2 == 1
+                if forget:
+                    s._memo = None
+                sync(dev)
+                t0 = time.perf_counter()
+                h = s.save_async(st, i)
+                (cold if forget else memo).append(time.perf_counter() - t0)
+                h.wait()
+    finally:
+        subprocess.run(["rm", "-rf", d])
+    med = statistics.median
+    print(f"bench: save_async_call_{ntensors}_tensors {med(memo) * 1e3:.2f} ms")
+    print(f"bench: save_async_call_{ntensors}_tensors_without_memo {med(cold) * 1e3:.2f} ms")
+    print(f"ratio: save_async_call_vs_without_memo {med(memo) / med(cold):.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--call-reps", type=int, default=20,
+                    help="save_async calls timed with the store's memo and as many without")
     ap.add_argument("--train-reps", type=int, default=2,
                     help="bench_train.py's repetitions (DCP every step takes ~5 s a step at "
                          "batch 8 on an H100)")
@@ -168,6 +217,7 @@ def main():
     print(f"bench: gpu_dcp_async_save_stall {med(dcp_stall) * 1e3:.2f} ms")
     print(f"ratio: gpu_stall_vs_dcp_async {med(stall) / med(dcp_stall):.4f}")
     subprocess.run(["rm", "-rf", d])
+    call_cost(dev, a)
     if a.no_train:
         return 0
 

@@ -310,8 +310,9 @@ class _Pipeline:
     def _prepare(self, state_dict, step, kind="state_dict", extra_capacity=0):
         if not isinstance(state_dict, dict):
             raise TypeError("a state_dict is a dict")
-        fl = Flattener()
+        fl = Flattener(self._memo)
         tree = fl.encode(state_dict)
+        self._memo = fl.memo  # the next save's (Flattener: what it is for)
         # Layers now, not at the begin: a queued save's handle (on_busy='queue') maps
         # each source to its layer for the hooks before the checkpoint begins.
         assign_entry_layers(fl.entries)
@@ -403,10 +404,8 @@ class _Pipeline:
             self._check_global(rc, f"checkpoint of step {step}")
             if prev is not None:
                 self._settle(prev)  # on_busy='skip': it ended before this begin
-            n = len(layout.rows)
-            arr = (c_void_p * n)()
-            for i, s in enumerate(srcs):
-                arr[i] = s.data_ptr() if s.numel() else None
+            n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
+            arr = (c_void_p * n)(*[s.data_ptr() if s.numel() else None for s in srcs])
             keep.append(arr)
             h = handle or SaveHandle(self, step, entries, None)
             h._keep = keep

@@ -50,6 +50,17 @@ _ST_TO_PMCK = {"BOOL": _lib.DT_BOOL, "U8": _lib.DT_U8, "I8": _lib.DT_I8, "I16": 
                "F64": _lib.DT_F64, "F8_E4M3": _lib.DT_F8_E4M3, "F8_E5M2": _lib.DT_F8_E5M2}
 
 
+class RawJSON(str):
+    """JSON text, put into a document as it is by make_blob."""
+
+
+_quote = json.encoder.encode_basestring_ascii  # a str as a JSON string literal (json.dumps's)
+
+
+def _json(v):
+    return json.dumps(v, separators=(",", ":"), allow_nan=False)
+
+
 def dtype_name(dt):
     return str(dt).replace("torch.", "")
 
@@ -80,24 +91,31 @@ def assign_layers(names):
 
 
 def assign_entry_layers(entries):
-    """Sets each entry's layer (assign_layers of their names)."""
-    for e, layer in zip(entries, assign_layers([e.name for e in entries])):
+    """Sets each entry's layer (assign_layers of their names: the same rule, on
+    the module prefix each entry has already)."""
+    prev, layer = None, -1
+    for e in entries:
+        if e.prefix != prev:
+            layer += 1
+            prev = e.prefix
         e.layer = layer
 
 
 class Entry:
     """One store tensor: where its bytes come from and how it is declared."""
-    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy")
+    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy",
+                 "prefix")
 
-    def __init__(self, name, tensor, src, code, shape, info, zero_copy):
+    def __init__(self, name, tensor, src, code, shape, info, zero_copy, nbytes, prefix):
         self.name = name
         self.tensor = tensor      # the caller's tensor (for waits on its memory)
         self.src = src            # a tensor whose memory holds the bytes, dense, in store order
         self.code = code          # pmck dtype
-        self.shape = tuple(shape)  # store shape
+        self.shape = shape        # store shape (a tuple)
         self.info = info          # what the tree needs beyond dtype/shape (stride, raw dtype, numpy)
-        self.nbytes = src.numel() * src.element_size()
+        self.nbytes = nbytes      # src's
         self.zero_copy = zero_copy
+        self.prefix = prefix      # module_prefix(name): its layer's key
         self.layer = 0
 
 
@@ -132,12 +150,21 @@ class Flattener:
     tensors), so the walk is kept lean: the common types are dispatched on
     their exact type, the key path is one list pushed and popped (joined only
     for a tensor's name or an error), and each tensor's properties are read
-    once."""
+    once.
 
-    def __init__(self):
+    memo: the previous encode's self.memo (a store passes its last save's).
+    A dense tensor found at the same key path with the same address, shape,
+    strides, dtype and device as then is declared as then, without the
+    checks and the naming: a training loop saves the same tensors every
+    time.  A memo is only read; each encode makes a new self.memo."""
+
+    def __init__(self, memo=None):
         self.entries = []
         self.by_name = {}
         self.cuda_device = None  # the device of the first CUDA tensor met, if any
+        # key path -> (key, name, its JSON literal, code, shape, info, nbytes, prefix, on CUDA?)
+        self.memo = {}
+        self._memo = memo or {}
         self._alias = {}
         self._path = []
         self._np = None
@@ -154,6 +181,40 @@ class Flattener:
                 e.zero_copy = False
 
     def _tensor(self, t, numpy=False):
+        """Declares tensor t (once: a view of the same bytes again is the same
+        entry); returns its name as a JSON string literal."""
+        tp = type(t)
+        m = None
+        if self._memo and not numpy and (tp is torch.Tensor or tp is torch.nn.Parameter) and \
+                t.layout is torch.strided:
+            path = "/".join(self._path)
+            m = self._memo.get(path)
+        if m is None:
+            return self._new_tensor(t, numpy)
+        # Declared as in the memo's save if it has the same key as then (the memo
+        # holds only dense, contiguous, non-empty tensors, checked then).
+        if t.requires_grad:
+            t = t.detach()
+        try:
+            key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+        except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
+            return self._new_tensor(t, numpy)
+        _, name, qname, code, shape, info, nbytes, prefix, cuda = m
+        if key != m[0] or name in self.by_name:
+            return self._new_tensor(t, numpy)
+        alias = self._alias.get(key)
+        if alias is not None:
+            return alias
+        if cuda and self.cuda_device is None:
+            self.cuda_device = key[4]
+        e = Entry(name, t, t, code, shape, info, True, nbytes, prefix)
+        self.entries.append(e)
+        self.by_name[name] = e
+        self._alias[key] = qname
+        self.memo[path] = m
+        return qname
+
+    def _new_tensor(self, t, numpy):
         dev = t.device
         devtype = dev.type
         if t.layout != torch.strided or t.is_quantized or t.is_nested or devtype == "meta":
@@ -172,15 +233,16 @@ class Flattener:
         if t.requires_grad:
             t = t.detach()  # state_dict()'s tensors are detached already: skip the call
         numel = t.numel()
-        shape = tuple(t.shape)
+        shape = t.shape
         stride = t.stride()
-        key = (t.untyped_storage().data_ptr() if numel else id(t), t.storage_offset(), shape,
-               stride, t.dtype, dev)
+        # Views of the same bytes as the same dtype are one store tensor (its name twice).
+        key = (t.data_ptr() if numel else id(t), shape, stride, t.dtype, dev)
         if numel and key in self._alias:
             return self._alias[key]
         if devtype == "cuda" and self.cuda_device is None:
             self.cuda_device = dev
-        name = _short_name("/".join(self._path), self.by_name)
+        path = "/".join(self._path)
+        name = _short_name(path, self.by_name)
         info = {}
         if numpy:
             info["np"] = 1
@@ -189,7 +251,8 @@ class Flattener:
         # Contiguous (nearly every tensor of a model and its optimizer): src is t
         # itself, without dense_permutation's permute; it costs ~0.1 ms per tensor,
         # which on every save of a 358-tensor GPT-2 state was ~15 % of save_async.
-        if t.is_contiguous():
+        contiguous = t.is_contiguous()
+        if contiguous:
             src, zero_copy = t, True
         else:
             perm = dense_permutation(t)
@@ -209,112 +272,149 @@ class Flattener:
             info["shape"] = list(t.shape)
             code = _lib.DT_BYTES
             shape = (src.numel() * src.element_size(),)
-        e = Entry(name, t, src, code, shape, info, zero_copy)
+        e = Entry(name, t, src, code, tuple(shape), info, zero_copy,
+                  src.numel() * src.element_size(), module_prefix(name))
+        qname = _quote(name)
         self.entries.append(e)
         self.by_name[name] = e
-        self._alias[key] = name
-        return name
+        self._alias[key] = qname
+        if contiguous and numel and not numpy:
+            self.memo[path] = (key, name, qname, code, e.shape, info, e.nbytes, e.prefix,
+                               devtype == "cuda")
+        return qname
 
     def encode(self, v):
-        """The JSON tree of v; its tensors become self.entries, in order."""
+        """The JSON text of v's tree (RawJSON); its tensors become self.entries,
+        in order.  The text is written as the walk goes, without a tree of
+        Python objects first: what json.loads(text) gives is the tree
+        (Decoder's input)."""
         self._np = _numpy()
         self._path = []
-        return self._enc(v)
+        self._out = []
+        self._enc(v)
+        text, self._out = "".join(self._out), None
+        return RawJSON(text)
 
     def _enc(self, v):
+        out = self._out
         tp = type(v)  # the common types first, on their exact type
         if tp is torch.Tensor or tp is torch.nn.Parameter:
-            return {"T": self._tensor(v)}
-        if tp is dict or tp is collections.OrderedDict:
-            return self._dict(v)
-        if tp is str or tp is int or tp is bool or v is None:
-            return v
-        if tp is float:
-            return v if math.isfinite(v) else {"f": repr(v)}
-        if tp is list:
-            return {"l": self._seq(v)}
-        return self._other(v)
+            out.append('{"T":' + self._tensor(v) + "}")
+        elif tp is dict or tp is collections.OrderedDict:
+            self._dict(v)
+        elif tp is str:
+            out.append(_quote(v))
+        elif tp is int:
+            out.append(int.__repr__(v))
+        elif tp is bool:
+            out.append("true" if v else "false")
+        elif v is None:
+            out.append("null")
+        elif tp is float:
+            out.append(float.__repr__(v) if math.isfinite(v) else _json({"f": repr(v)}))
+        elif tp is list:
+            out.append('{"l":')
+            self._seq(v)
+            out.append("}")
+        else:
+            self._other(v)
 
     def _dict(self, v):
-        path = self._path
-        items = []
+        path, out, enc = self._path, self._out, self._enc
+        out.append('{"od":[' if isinstance(v, collections.OrderedDict) else '{"d":[')
+        sep = "["
         for k, x in v.items():
+            out.append(sep)
+            sep = ",["
             if type(k) is str:
-                ek = k
+                out.append(_quote(k))
             else:
                 if not isinstance(k, (str, int, float, bool, type(None), tuple)):
                     raise UnsupportedObjectError(
                         f"state_dict entry '{self._where()}': key {k!r} of type "
                         f"{type(k).__qualname__} (keys: str, int, float, bool, None, tuple)")
                 path.append("<key>")
-                ek = self._enc(k)
+                enc(k)
                 path.pop()
+            out.append(",")
             path.append(str(k))
-            items.append([ek, self._enc(x)])
+            enc(x)
             path.pop()
-        out = {"od" if isinstance(v, collections.OrderedDict) else "d": items}
+            out.append("]")
+        out.append("]")
         md = getattr(v, "_metadata", None)
         if isinstance(md, dict):
+            out.append(',"m":')
             path.append("_metadata")
-            out["m"] = self._enc(md)
+            enc(md)
             path.pop()
-        return out
+        out.append("}")
 
     def _seq(self, v):
-        path = self._path
-        out = []
+        """A JSON array of v's items."""
+        path, out = self._path, self._out
+        out.append("[")
         for i, x in enumerate(v):
+            if i:
+                out.append(",")
             path.append(str(i))
-            out.append(self._enc(x))
+            self._enc(x)
             path.pop()
-        return out
+        out.append("]")
 
     def _other(self, v):
         """Every other value, by isinstance (subclasses of the common types too)."""
-        np = self._np
+        np, out = self._np, self._out
         if np is not None and isinstance(v, np.generic):  # before float: np.float64 is one
             item = v.item()
             if isinstance(item, (bool, int, float)):
-                return {"n": [v.dtype.str, item if not isinstance(item, float) or
-                              math.isfinite(item) else repr(item)]}
+                out.append(_json({"n": [v.dtype.str, item if not isinstance(item, float) or
+                                        math.isfinite(item) else repr(item)]}))
+                return
         if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
-            return int(v)
-        if isinstance(v, float):
-            return float(v) if math.isfinite(v) else {"f": repr(float(v))}
-        if isinstance(v, torch.Tensor):
-            return {"T": self._tensor(v)}
-        if isinstance(v, dict):
-            return self._dict(v)
-        if isinstance(v, list):
-            return {"l": self._seq(v)}
-        if isinstance(v, torch.Size):
-            return {"S": list(v)}
-        if isinstance(v, tuple) and type(v) is not tuple:
+            out.append(_json(v))
+        elif isinstance(v, int):
+            out.append(int.__repr__(int(v)))
+        elif isinstance(v, float):
+            v = float(v)
+            out.append(float.__repr__(v) if math.isfinite(v) else _json({"f": repr(v)}))
+        elif isinstance(v, torch.Tensor):
+            out.append('{"T":' + self._tensor(v) + "}")
+        elif isinstance(v, dict):
+            self._dict(v)
+        elif isinstance(v, list):
+            out.append('{"l":')
+            self._seq(v)
+            out.append("}")
+        elif isinstance(v, torch.Size):
+            out.append(_json({"S": list(v)}))
+        elif isinstance(v, tuple) and type(v) is not tuple:
             raise UnsupportedObjectError(
                 f"state_dict entry '{self._where()}': named tuple {type(v).__qualname__} "
                 "cannot be saved (plain tuples can)")
-        if isinstance(v, tuple):
-            return {"t": self._seq(v)}
-        if isinstance(v, (bytes, bytearray)):
-            return {"b": base64.b64encode(bytes(v)).decode()}
-        if isinstance(v, torch.dtype):
-            return {"dt": dtype_name(v)}
-        if isinstance(v, torch.device):
-            return {"dev": str(v)}
-        if np is not None and isinstance(v, np.ndarray):
+        elif isinstance(v, tuple):
+            out.append('{"t":')
+            self._seq(v)
+            out.append("}")
+        elif isinstance(v, (bytes, bytearray)):
+            out.append(_json({"b": base64.b64encode(bytes(v)).decode()}))
+        elif isinstance(v, torch.dtype):
+            out.append(_json({"dt": dtype_name(v)}))
+        elif isinstance(v, torch.device):
+            out.append(_json({"dev": str(v)}))
+        elif np is not None and isinstance(v, np.ndarray):
             if v.dtype.hasobject:
                 raise UnsupportedObjectError(
                     f"state_dict entry '{self._where()}': numpy arrays of objects cannot be saved")
             t = torch.from_numpy(v if v.flags.c_contiguous and all(s >= 0 for s in v.strides)
                                  else np.ascontiguousarray(v))
-            return {"N": self._tensor(t, numpy=True)}
-        what = getattr(type(v), "__qualname__", type(v).__name__)
-        raise UnsupportedObjectError(
-            f"state_dict entry '{self._where()}': objects of type {what} cannot be saved "
-            "(supported: tensors, numpy arrays, dict, list, tuple, str, int, float, bool, None, "
-            "bytes, torch.dtype/Size/device)")
+            out.append('{"N":' + self._tensor(t, numpy=True) + "}")
+        else:
+            what = getattr(type(v), "__qualname__", type(v).__name__)
+            raise UnsupportedObjectError(
+                f"state_dict entry '{self._where()}': objects of type {what} cannot be saved "
+                "(supported: tensors, numpy arrays, dict, list, tuple, str, int, float, bool, "
+                "None, bytes, torch.dtype/Size/device)")
 
 
 def _numpy():
@@ -394,7 +494,12 @@ def tree_names(tree):
 
 
 def make_blob(doc, binary=b""):
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    """The metadata blob of doc (a dict; values that are RawJSON go in as they are)."""
+    raw = "".join(f",{_quote(k)}:{v}" for k, v in doc.items() if isinstance(v, RawJSON))
+    text = _json({k: v for k, v in doc.items() if not isinstance(v, RawJSON)})
+    if raw:
+        text = "{" + raw[1:] + "}" if text == "{}" else text[:-1] + raw + "}"
+    text = text.encode()
     return BLOB_HEAD.pack(BLOB_MAGIC, len(text), len(binary)) + text + binary
 
 

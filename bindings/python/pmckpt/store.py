@@ -188,6 +188,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._lock = threading.RLock()
         self._h = None
         self._layout = None
+        self._memo = None  # the last save's Flattener.memo: the next one's fast path
         self._pipe = c_void_p()
         self._pipe_source = None
         self._copyout = c_void_p()

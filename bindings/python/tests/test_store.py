@@ -3,6 +3,7 @@
 loads, layer-wise waits and the optimizer hook, and bad input (unsupported
 objects, too much metadata, another layout, corrupted slots and metadata):
 each a clear exception, after which the previous checkpoint still loads."""
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import torch
 
 import pmckpt
 from pmckpt import _lib
+from pmckpt._state import Flattener, assign_entry_layers
 from pmckpt._lib import lib
 
 from common import clone, mlp, one_step, same, train_state
@@ -77,6 +79,66 @@ def test_round_trip():
         return "tied tensors are no longer one tensor"
     if out["tensors"]["channels_last"].stride() != (60, 1, 15, 3):
         return "channels_last strides lost"
+
+
+def encoded(st, memo=None):
+    """(JSON text, the entries as tuples, the memo) of a Flattener's encode of st."""
+    fl = Flattener(memo)
+    text = fl.encode(st)
+    assign_entry_layers(fl.entries)
+    rows = [(e.name, e.code, e.shape, e.info, e.nbytes, e.zero_copy, e.layer,
+             e.tensor.data_ptr() if e.nbytes else 0) for e in fl.entries]
+    return text, rows, fl.memo
+
+
+def test_memo():
+    """An encode given the previous one's memo declares every tensor as a fresh
+    encode would, whatever changed at the same key paths, and declares the
+    unchanged ones without _new_tensor (the fast path is taken)."""
+    sd = rich_state()
+    text, rows, memo = encoded(sd)
+    if json.loads(text)["d"][0][0] != "model":
+        return f"not the tree: {text[:80]}"
+    fresh = [0]
+    orig = Flattener._new_tensor
+
+    def counting(self, t, numpy):
+        fresh[0] += 1
+        return orig(self, t, numpy)
+    Flattener._new_tensor = counting
+    try:
+        again = encoded(sd, memo)
+    finally:
+        Flattener._new_tensor = orig
+    if again[:2] != (text, rows):
+        return "the memo's encode differs from a fresh one"
+    # Not remembered: empty, non-contiguous, numpy, and views seen again (the tie).
+    if fresh[0] > 8:
+        return f"{fresh[0]} of {len(rows)} tensors declared afresh with the memo"
+    m, t = sd["model"], sd["tensors"]
+    w = m["0.weight"]
+    changes = {
+        "a tensor replaced (same shape and dtype)": lambda: m.update({"0.weight": w.clone()}),
+        "two tensors swapped": lambda: t.update({"torch.float32": t["torch.int32"],
+                                                 "torch.int32": t["torch.float32"]}),
+        "another view of the same storage": lambda: t.update(
+            {"scalar": torch.arange(8.0)[3], "torch.float64": t["torch.float64"][1:]}),
+        "another shape at the same address": lambda: t.update(
+            {"torch.float16": t["torch.float16"].view(5, 3)}),
+        "now a tie": lambda: t.update({"torch.int16": t["torch.int8"]}),
+        "a tie undone": lambda: t.update({"tied": w.clone()}),
+        "a dtype view of the same bytes": lambda: t.update(
+            {"torch.int32": t["torch.float32"].view(torch.int32)}),
+        "a requires_grad parameter": lambda: m.update({"1.weight": torch.nn.Parameter(
+            torch.randn(4, 4))}),
+    }
+    for what, change in changes.items():
+        change()
+        want = encoded(sd)
+        got = encoded(sd, memo)
+        if got[:2] != want[:2]:
+            return f"{what}: the memo's encode differs from a fresh one"
+        memo = got[2]
 
 
 def test_layout_and_layers():
@@ -917,6 +979,8 @@ def test_pip_install():
 
 T.run("round trip: nested dicts, lists, tuples, int keys, every dtype, strides, views, "
       "numpy, tied tensors, non-tensor values", test_round_trip)
+T.run("a save given the previous one's memo declares every tensor as a fresh one would",
+      test_memo)
 T.run("layout: store dtypes and shapes, one layer per module in module order", test_layout_and_layers)
 T.run("load(into=...) fills model and optimizer tensors in place", test_into)
 T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, test_into_mismatch)
