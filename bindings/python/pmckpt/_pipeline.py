@@ -320,7 +320,7 @@ class _Pipeline:
         if fl.cuda_device is not None and not gpu_path:
             fl.stage_cuda()
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
-               "tree": tree, "tensors": {e.name: e.info for e in fl.entries if e.info}}
+               "tree": tree, "tensors": fl.tensors_json()}
         prep = _Prepared(fl.entries, doc, extra_capacity=extra_capacity)
         prep.gpu = fl.cuda_device if gpu_path else None  # the device the GPU path writes from
         return prep

@@ -104,9 +104,10 @@ def assign_entry_layers(entries):
 class Entry:
     """One store tensor: where its bytes come from and how it is declared."""
     __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy",
-                 "prefix")
+                 "prefix", "info_json")
 
-    def __init__(self, name, tensor, src, code, shape, info, zero_copy, nbytes, prefix):
+    def __init__(self, name, tensor, src, code, shape, info, zero_copy, nbytes, prefix,
+                 info_json):
         self.name = name
         self.tensor = tensor      # the caller's tensor (for waits on its memory)
         self.src = src            # a tensor whose memory holds the bytes, dense, in store order
@@ -116,6 +117,7 @@ class Entry:
         self.nbytes = nbytes      # src's
         self.zero_copy = zero_copy
         self.prefix = prefix      # module_prefix(name): its layer's key
+        self.info_json = info_json  # '"name":{info}' (JSON text), or None without info
         self.layer = 0
 
 
@@ -162,7 +164,8 @@ class Flattener:
         self.entries = []
         self.by_name = {}
         self.cuda_device = None  # the device of the first CUDA tensor met, if any
-        # key path -> (key, name, its JSON literal, code, shape, info, nbytes, prefix, on CUDA?)
+        # key path -> (key, name, its JSON literal, code, shape, info, nbytes, prefix,
+        #              info_json, on CUDA?)
         self.memo = {}
         self._memo = memo or {}
         self._alias = {}
@@ -199,7 +202,7 @@ class Flattener:
             key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
         except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
             return self._new_tensor(t, numpy)
-        _, name, qname, code, shape, info, nbytes, prefix, cuda = m
+        _, name, qname, code, shape, info, nbytes, prefix, info_json, cuda = m
         if key != m[0] or name in self.by_name:
             return self._new_tensor(t, numpy)
         alias = self._alias.get(key)
@@ -207,7 +210,7 @@ class Flattener:
             return alias
         if cuda and self.cuda_device is None:
             self.cuda_device = key[4]
-        e = Entry(name, t, t, code, shape, info, True, nbytes, prefix)
+        e = Entry(name, t, t, code, shape, info, True, nbytes, prefix, info_json)
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
@@ -272,16 +275,21 @@ class Flattener:
             info["shape"] = list(t.shape)
             code = _lib.DT_BYTES
             shape = (src.numel() * src.element_size(),)
-        e = Entry(name, t, src, code, tuple(shape), info, zero_copy,
-                  src.numel() * src.element_size(), module_prefix(name))
         qname = _quote(name)
+        e = Entry(name, t, src, code, tuple(shape), info, zero_copy,
+                  src.numel() * src.element_size(), module_prefix(name),
+                  qname + ":" + _json(info) if info else None)
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
         if contiguous and numel and not numpy:
             self.memo[path] = (key, name, qname, code, e.shape, info, e.nbytes, e.prefix,
-                               devtype == "cuda")
+                               e.info_json, devtype == "cuda")
         return qname
+
+    def tensors_json(self):
+        """The JSON text of {name: info} for the entries that have info."""
+        return RawJSON("{" + ",".join([e.info_json for e in self.entries if e.info_json]) + "}")
 
     def encode(self, v):
         """The JSON text of v's tree (RawJSON); its tensors become self.entries,
@@ -321,27 +329,27 @@ class Flattener:
 
     def _dict(self, v):
         path, out, enc = self._path, self._out, self._enc
-        out.append('{"od":[' if isinstance(v, collections.OrderedDict) else '{"d":[')
-        sep = "["
+        # Items as [key,value] pairs: '{"d":[' '[k1,' v1 '],[k2,' v2 ']]' (one append
+        # per item besides the value's).
+        sep = '{"od":[[' if isinstance(v, collections.OrderedDict) else '{"d":[['
         for k, x in v.items():
-            out.append(sep)
-            sep = ",["
             if type(k) is str:
-                out.append(_quote(k))
+                out.append(sep + _quote(k) + ",")
             else:
                 if not isinstance(k, (str, int, float, bool, type(None), tuple)):
                     raise UnsupportedObjectError(
                         f"state_dict entry '{self._where()}': key {k!r} of type "
                         f"{type(k).__qualname__} (keys: str, int, float, bool, None, tuple)")
+                out.append(sep)
                 path.append("<key>")
                 enc(k)
                 path.pop()
-            out.append(",")
+                out.append(",")
+            sep = "],["
             path.append(str(k))
             enc(x)
             path.pop()
-            out.append("]")
-        out.append("]")
+        out.append("]]" if sep == "],[" else sep[:-1] + "]")
         md = getattr(v, "_metadata", None)
         if isinstance(md, dict):
             out.append(',"m":')
