@@ -31,7 +31,8 @@ Each figure is the median of --reps repetitions (the training ratios: of
 configurations checkpoint once in them, the every-step ones 10 times).
 --device cpu runs the same code on host tensors (with unpinned baselines): a
 dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
-[--train-reps N] [--call-reps N] [--no-train] [--device D] [--b32 CONFIGS] [--b8 CONFIGS]"""
+[--train-reps N] [--call-reps N] [--threads N] [--no-train] [--device D]
+[--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
 import os
 import statistics
@@ -124,6 +125,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="the stores' writer threads (Store(threads=); 0: its default)")
     ap.add_argument("--call-reps", type=int, default=20,
                     help="save_async calls timed with the store's memo and as many without")
     ap.add_argument("--train-reps", type=int, default=2,
@@ -179,7 +182,7 @@ def main():
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
-    with pmckpt.Store(name="bench-gpu", ramdisk=d) as s:
+    with pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
         step = 1
         for rep in range(a.reps):
@@ -241,7 +244,7 @@ def main():
         out = subprocess.run([sys.executable, os.path.join(HERE, "bench_train.py"), "--device",
                               a.device, "--ranks", "0", "--batch", batch, "--steps", "10",
                               "--warmup", "3", "--reps", str(a.train_reps), "--configs",
-                              configs],
+                              configs, "--threads", str(a.threads)],
                              capture_output=True, text=True)
         for line in out.stdout.splitlines():
             w = line.split()
