@@ -312,7 +312,7 @@ class _Pipeline:
             raise TypeError("a state_dict is a dict")
         fl = Flattener(self._memo)
         tree = fl.encode(state_dict)
-        self._memo = fl.memo  # the next save's (Flattener: what it is for)
+        self._memo = fl.memo  # the next save's fast path (Flattener's memo)
         # Layers now, not at the begin: a queued save's handle (on_busy='queue') maps
         # each source to its layer for the hooks before the checkpoint begins.
         assign_entry_layers(fl.entries)

@@ -78,11 +78,10 @@ def module_prefix(name):
     return name[:i] if i > 0 else name
 
 
-def assign_layers(names):
-    """Layer of each name: consecutive names with the same module prefix share one."""
+def layers_of(prefixes):
+    """Layer of each module prefix: consecutive equal ones share one."""
     layers, prev, layer = [], None, -1
-    for n in names:
-        p = module_prefix(n)
+    for p in prefixes:
         if p != prev:
             layer += 1
             prev = p
@@ -90,34 +89,35 @@ def assign_layers(names):
     return layers
 
 
+def assign_layers(names):
+    """Layer of each name: consecutive names with the same module prefix share one."""
+    return layers_of(module_prefix(n) for n in names)
+
+
 def assign_entry_layers(entries):
-    """Sets each entry's layer (assign_layers of their names: the same rule, on
-    the module prefix each entry has already)."""
-    prev, layer = None, -1
-    for e in entries:
-        if e.prefix != prev:
-            layer += 1
-            prev = e.prefix
+    """Sets each entry's layer (assign_layers of their names, from the prefixes
+    the entries have already)."""
+    for e, layer in zip(entries, layers_of([e.prefix for e in entries])):
         e.layer = layer
 
 
 class Entry:
     """One store tensor: where its bytes come from and how it is declared."""
-    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "info", "nbytes", "zero_copy",
+    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "nbytes", "zero_copy",
                  "prefix", "info_json")
 
-    def __init__(self, name, tensor, src, code, shape, info, zero_copy, nbytes, prefix,
-                 info_json):
+    def __init__(self, name, tensor, src, code, shape, zero_copy, nbytes, prefix, info_json):
         self.name = name
         self.tensor = tensor      # the caller's tensor (for waits on its memory)
         self.src = src            # a tensor whose memory holds the bytes, dense, in store order
         self.code = code          # pmck dtype
         self.shape = shape        # store shape (a tuple)
-        self.info = info          # what the tree needs beyond dtype/shape (stride, raw dtype, numpy)
         self.nbytes = nbytes      # src's
         self.zero_copy = zero_copy
         self.prefix = prefix      # module_prefix(name): its layer's key
-        self.info_json = info_json  # '"name":{info}' (JSON text), or None without info
+        # '"name":{...}' (JSON text): what the tree needs beyond dtype and shape (the
+        # device, strides, raw dtype, numpy), or None when nothing
+        self.info_json = info_json
         self.layer = 0
 
 
@@ -164,8 +164,8 @@ class Flattener:
         self.entries = []
         self.by_name = {}
         self.cuda_device = None  # the device of the first CUDA tensor met, if any
-        # key path -> (key, name, its JSON literal, code, shape, info, nbytes, prefix,
-        #              info_json, on CUDA?)
+        # key path -> (key, name, its JSON literal, code, shape, nbytes, prefix, info_json,
+        #              on CUDA?)
         self.memo = {}
         self._memo = memo or {}
         self._alias = {}
@@ -202,7 +202,7 @@ class Flattener:
             key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
         except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
             return self._new_tensor(t, numpy)
-        _, name, qname, code, shape, info, nbytes, prefix, info_json, cuda = m
+        _, name, qname, code, shape, nbytes, prefix, info_json, cuda = m
         if key != m[0] or name in self.by_name:
             return self._new_tensor(t, numpy)
         alias = self._alias.get(key)
@@ -210,7 +210,7 @@ class Flattener:
             return alias
         if cuda and self.cuda_device is None:
             self.cuda_device = key[4]
-        e = Entry(name, t, t, code, shape, info, True, nbytes, prefix, info_json)
+        e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
@@ -276,19 +276,19 @@ class Flattener:
             code = _lib.DT_BYTES
             shape = (src.numel() * src.element_size(),)
         qname = _quote(name)
-        e = Entry(name, t, src, code, tuple(shape), info, zero_copy,
-                  src.numel() * src.element_size(), module_prefix(name),
-                  qname + ":" + _json(info) if info else None)
+        e = Entry(name, t, src, code, tuple(shape), zero_copy, src.numel() * src.element_size(),
+                  module_prefix(name), qname + ":" + _json(info) if info else None)
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
         if contiguous and numel and not numpy:
-            self.memo[path] = (key, name, qname, code, e.shape, info, e.nbytes, e.prefix,
-                               e.info_json, devtype == "cuda")
+            self.memo[path] = (key, name, qname, code, e.shape, e.nbytes, e.prefix, e.info_json,
+                               devtype == "cuda")
         return qname
 
     def tensors_json(self):
-        """The JSON text of {name: info} for the entries that have info."""
+        """The JSON text of {name: {...}} for the entries that need more than dtype
+        and shape (Entry.info_json)."""
         return RawJSON("{" + ",".join([e.info_json for e in self.entries if e.info_json]) + "}")
 
     def encode(self, v):

@@ -86,7 +86,7 @@ def encoded(st, memo=None):
     fl = Flattener(memo)
     text = fl.encode(st)
     assign_entry_layers(fl.entries)
-    rows = [(e.name, e.code, e.shape, e.info, e.nbytes, e.zero_copy, e.layer,
+    rows = [(e.name, e.code, e.shape, e.info_json, e.nbytes, e.zero_copy, e.layer,
              e.tensor.data_ptr() if e.nbytes else 0) for e in fl.entries]
     return text, rows, fl.memo
 
