@@ -456,9 +456,10 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 		 * A GPT-2 medium state is 1175 tensors in 443 layers: with a
 		 * cudaMemcpyBatchAsync per layer, the checkpoint call every 10th
 		 * step (state_dict() and save_async) took 40 ms on the training
-		 * thread (H100, docs/gpu.md), with this 16 ms.  The list's part of the pinned buffer is not rewritten
-		 * before copies_read (snapshot_begin); the sources are read in
-		 * stream order, after the ready events already waited for.
+		 * thread (H100, docs/gpu.md), with this 16 ms.  The list's part
+		 * of the pinned buffer is not rewritten before copies_read
+		 * (snapshot_begin); the sources are read in stream order, after
+		 * the ready events already waited for.
 		 */
 		CUDA_TRY(cudaMemcpyAsync(g->copies_dev + first, g->copies_host + first,
 				(end - first) * sizeof(struct snap_copy), cudaMemcpyHostToDevice,
