@@ -335,6 +335,8 @@ class Flattener:
         for k, x in v.items():
             if type(k) is str:
                 out.append(sep + _quote(k) + ",")
+            elif type(k) is int:  # an optimizer's state, by parameter index
+                out.append(sep + int.__repr__(k) + ",")
             else:
                 if not isinstance(k, (str, int, float, bool, type(None), tuple)):
                     raise UnsupportedObjectError(
