@@ -187,13 +187,13 @@ class Flattener:
         """Declares tensor t (once: a view of the same bytes again is the same
         entry); returns its name as a JSON string literal."""
         tp = type(t)
+        path = "/".join(self._path)
         m = None
         if self._memo and not numpy and (tp is torch.Tensor or tp is torch.nn.Parameter) and \
                 t.layout is torch.strided:
-            path = "/".join(self._path)
             m = self._memo.get(path)
         if m is None:
-            return self._new_tensor(t, numpy)
+            return self._new_tensor(t, numpy, path)
         # Declared as in the memo's save if it has the same key as then (the memo
         # holds only dense, contiguous, non-empty tensors, checked then).
         if t.requires_grad:
@@ -201,10 +201,10 @@ class Flattener:
         try:
             key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
         except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
-            return self._new_tensor(t, numpy)
+            return self._new_tensor(t, numpy, path)
         _, name, qname, code, shape, nbytes, prefix, info_json, cuda = m
         if key != m[0] or name in self.by_name:
-            return self._new_tensor(t, numpy)
+            return self._new_tensor(t, numpy, path)
         alias = self._alias.get(key)
         if alias is not None:
             return alias
@@ -217,7 +217,8 @@ class Flattener:
         self.memo[path] = m
         return qname
 
-    def _new_tensor(self, t, numpy):
+    def _new_tensor(self, t, numpy, path):
+        """_tensor without the memo: checked, named after its key path `path`."""
         dev = t.device
         devtype = dev.type
         if t.layout != torch.strided or t.is_quantized or t.is_nested or devtype == "meta":
@@ -244,7 +245,6 @@ class Flattener:
             return self._alias[key]
         if devtype == "cuda" and self.cuda_device is None:
             self.cuda_device = dev
-        path = "/".join(self._path)
         name = _short_name(path, self.by_name)
         info = {}
         if numpy:

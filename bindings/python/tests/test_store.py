@@ -102,9 +102,9 @@ def test_memo():
     fresh = [0]
     orig = Flattener._new_tensor
 
-    def counting(self, t, numpy):
+    def counting(self, t, numpy, path):
         fresh[0] += 1
-        return orig(self, t, numpy)
+        return orig(self, t, numpy, path)
     Flattener._new_tensor = counting
     try:
         again = encoded(sd, memo)
