@@ -17,6 +17,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,83 @@ pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers, unsigned 
 	}
 	pmck_pipeline_delete(&p);
 	return tool_median(t, reps);
+}
+
+/* One checksum run: threads take 8 MiB pieces of the newest slot in turn. */
+struct checksum_run {
+	const char **ptr;
+	const uint64_t *len;
+	size_t npieces;
+	atomic_size_t next;
+	atomic_uint_fast64_t sink; /* the hashes, so that none is left uncomputed */
+};
+
+static void *
+checksum_worker(void *arg)
+{
+	struct checksum_run *r = arg;
+	uint64_t acc = 0;
+
+	for (size_t k; (k = atomic_fetch_add(&r->next, 1)) < r->npieces;)
+		acc ^= pmck_tensor_checksum(r->ptr[k], r->len[k]);
+	atomic_fetch_xor(&r->sink, acc);
+	return NULL;
+}
+
+/*
+ * What the CPU side of the GPU path can hash: XXH3 (pmck_tensor_checksum)
+ * over the newest slot's bytes on `threads` threads, as the writers hash
+ * what lands, and pmck_store_recover, which verifies the slot on every CPU
+ * before a load may use it.  Medians of `reps`.
+ */
+static double
+checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned reps)
+{
+	const uint64_t piece = (uint64_t)8 << 20;
+	unsigned slot = pmck_store_slot_step(s, 0) >= pmck_store_slot_step(s, 1) ? 0 : 1;
+	size_t n = 0, cap = bytes / piece + nt;
+	const char **ptr = calloc(cap, sizeof(*ptr));
+	uint64_t *len = calloc(cap, sizeof(*len));
+	double t[64], v[64];
+	pthread_t tid[64];
+
+	if (!ptr || !len)
+		die("out of memory");
+	for (size_t i = 0; i < nt; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		for (uint64_t off = 0; off < ti.nbytes; off += piece, n++) {
+			ptr[n] = (const char *)pmck_store_slot_tensor_data(s, slot, i) + off;
+			len[n] = ti.nbytes - off < piece ? ti.nbytes - off : piece;
+		}
+	}
+	for (unsigned k = 0; k < reps; k++) {
+		struct checksum_run r = {.ptr = ptr, .len = len, .npieces = n};
+		double t0 = tool_now();
+		unsigned started = 0;
+		for (; started < threads && started < 64; started++)
+			if (pthread_create(&tid[started], NULL, checksum_worker, &r))
+				break;
+		if (!started)
+			checksum_worker(&r);
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(tid[i], NULL);
+		t[k] = tool_now() - t0;
+		struct pmck_recovery rec;
+		t0 = tool_now();
+		if (pmck_store_recover(s, &rec))
+			die("recover");
+		v[k] = tool_now() - t0;
+	}
+	free(ptr);
+	free(len);
+	double tput = bytes / tool_median(t, reps) / 1e9;
+	printf("bench: cpu_checksum_%uthreads_tput %.2f GB/s\n", threads, tput);
+	printf("bench: verify_slot_tput %.2f GB/s\n", bytes / tool_median(v, reps) / 1e9);
+	printf("# XXH3 of the newest slot (%.1f MB) on %u threads, as the GPU writers hash what "
+			"lands; verify_slot: pmck_store_recover on every CPU, which a load waits for\n",
+			bytes / 1e6, threads);
+	return tput;
 }
 
 int
@@ -333,6 +412,7 @@ main(int argc, char **argv)
 		printf("ratio: copyout_tput_vs_write_fsync %.4f\n", copy_tput / (bytes / wf_stall / 1e9));
 		printf("# checkpoint every %u steps; goals: stall ratio <= 1.10, copy-out >= 0.9 of write+fsync\n",
 				every);
+		checksum_tput(s, bytes, threads, steps);
 	}
 
 #ifdef PMCK_HAVE_CUDA
@@ -451,6 +531,15 @@ main(int argc, char **argv)
 		}
 		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
 				gthreads);
+		/*
+		 * Whether the writers' hashing can keep up with the link: above 1 it
+		 * can, in this run, on this many threads (the bytes GPU-landed, as
+		 * the writers find them).
+		 */
+		double hash_tput = checksum_tput(s, bytes, gthreads, steps);
+		if (one_copy_tput > 0)
+			printf("ratio: cpu_checksum_tput_vs_pinned_d2h_one_copy %.3f\n",
+					hash_tput / one_copy_tput);
 		printf("# goal: gpu_direct_tput_vs_pinned_d2h >= 0.8\n");
 		for (size_t i = 0; i < nt; i++)
 			cudaFree(dsrc[i]);

@@ -21,6 +21,11 @@ skips where there is no GPU):
          (Store(gpu_source="snapshot"), Store(on_busy="queue"))   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
+ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
+it: recovery's verification of the slot on the CPU (bench: gpu_load_verify),
+or the copies that cross meanwhile (bench: gpu_load_early_copies, GPU time);
+above 1 the CPU's hashing is the bound (LoadPhases).
+
 bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
 every step: a step's time without checkpoints (gpu_train_step_none_b8) against
 the state's crossing at the pinned D2H speed measured above
@@ -73,6 +78,57 @@ def timed(fn, dev):
     fn()
     sync(dev)
     return time.perf_counter() - t0
+
+
+class LoadPhases:
+    """Times the two parts of Store.load(into=) that overlap, inside the timed
+    loads: the copies started before verification (_start_early_copies: GPU
+    time between events recorded around their enqueueing, on the current
+    stream, idle before each timed load) and recovery's verification of the
+    slot on the CPU (_recover: wall time).  The load takes about the longer
+    of the two plus the rest (the metadata, the copy out of the scratch
+    buffer): which one bounds it is what the ratio of the two says.  Wraps
+    the store's private methods, as call_cost drops its memo: this
+    benchmark's only uses of them."""
+
+    def __init__(self, store, dev):
+        self.verify, self.copies, self._events = [], [], []
+        self.on = False
+        recover, early = store._recover, store._start_early_copies
+
+        def timed_recover():
+            t0 = time.perf_counter()
+            try:
+                return recover()
+            finally:
+                if self.on:
+                    self.verify.append(time.perf_counter() - t0)
+
+        def timed_early(targets):
+            if not self.on or dev.type != "cuda":
+                return early(targets)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            try:
+                return early(targets)
+            finally:
+                e1.record()
+                self._events.append((e0, e1))
+
+        store._recover, store._start_early_copies = timed_recover, timed_early
+
+    def report(self):
+        if self._events:
+            torch.cuda.synchronize()
+        self.copies = [e0.elapsed_time(e1) / 1e3 for e0, e1 in self._events]
+        med = statistics.median
+        if self.verify:
+            print(f"bench: gpu_load_verify {med(self.verify) * 1e3:.2f} ms")
+        if self.copies:
+            print(f"bench: gpu_load_early_copies {med(self.copies) * 1e3:.2f} ms")
+        if self.verify and self.copies:
+            print(f"ratio: gpu_load_verify_vs_early_copies "
+                  f"{med(self.verify) / med(self.copies):.3f}")
 
 
 def call_cost(dev, a):
@@ -184,6 +240,7 @@ def main():
     import torch.distributed.checkpoint as dcp
     with pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
+        phases = LoadPhases(s, dev)
         step = 1
         for rep in range(a.reps):
             d2h_t.append(timed(d2h, dev))
@@ -192,7 +249,9 @@ def main():
             save.append(timed(lambda: s.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
+            phases.on = True
             load.append(timed(lambda: s.load(into=st), dev))
+            phases.on = False
             step += 1
             sync(dev)
             t0 = time.perf_counter()
@@ -216,6 +275,7 @@ def main():
     print(f"bench: gpu_pinned_h2d_per_tensor {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_load_into_vs_pinned_h2d {h2d_best / med(load):.3f}")
+    phases.report()
     print(f"bench: gpu_save_async_stall {med(stall) * 1e3:.2f} ms")
     print(f"bench: gpu_dcp_async_save_stall {med(dcp_stall) * 1e3:.2f} ms")
     print(f"ratio: gpu_stall_vs_dcp_async {med(stall) / med(dcp_stall):.4f}")
