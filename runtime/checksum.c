@@ -74,6 +74,12 @@ copy_hash_blocks(const struct pma_region *r, void *dst, const void *src, size_t 
 #define XXH_TARGET_AVX512 __attribute__((target("avx512f")))
 #include <xxhash.h>
 
+const uint8_t *
+pmck__xxh3_secret(void)
+{
+	return XXH3_kSecret;
+}
+
 #define STRIPES ((sizeof(XXH3_kSecret) - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE)
 #define BLOCK (STRIPES * XXH_STRIPE_LEN) /* XXH3's block: 16 stripes, 1 KiB */
 

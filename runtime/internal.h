@@ -296,6 +296,8 @@ uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,
 		size_t len, size_t block);
 uint64_t pmck__hash(const void *data, size_t len);
 uint64_t pmck__combine(const uint64_t *chunk_hashes, size_t n);
+/* XXH3's default secret (XXH3_kSecret, PMCK_XXH3_SECRET_SIZE bytes), for device hashing (gpu.cu). */
+const uint8_t *pmck__xxh3_secret(void);
 
 static inline uint64_t
 pmck__nchunks(uint64_t nbytes)

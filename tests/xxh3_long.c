@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * xxh3_long.c -- runtime/xxh3_long.h, the pieces of XXH3-64 that the GPU's
+ * hash kernel (runtime/gpu.cu) computes, put together on the host the way a
+ * warp does (32 threads, 4 words of a block each, sums by lane), against
+ * the runtime's checksum (libxxhash): every length from 241 to 5000 bytes,
+ * and lengths around blocks and up to PMCK_HASH_CHUNK.  What only a GPU
+ * shows, the kernel's shuffles and memory, tests/gpu_pipeline.c checks.
+ */
+#include <stdint.h>
+
+#include "tap.h"
+#include "../runtime/internal.h"
+#include "../runtime/xxh3_long.h"
+
+#define WARP 32
+
+/*
+ * The sum each lane's accumulator gets from words [0, nwords) of a block:
+ * thread t takes words t, t + 32, ...; all of them are of lane t % 8; its
+ * products go to that lane, its words to lane ^ 1 (the kernel: a shuffle
+ * with thread t ^ 1, then a sum over threads t, t ^ 8, t ^ 16, t ^ 24).
+ */
+static void
+lane_sums(const uint64_t *words, unsigned nwords, unsigned key0, const uint8_t *secret,
+		uint64_t sum[8])
+{
+	uint64_t prod[WARP] = {0}, plain[WARP] = {0};
+
+	for (unsigned t = 0; t < WARP; t++)
+		for (unsigned w = t; w < nwords; w += WARP) {
+			prod[t] += pmck_xxh3_product(words[w], secret, key0 + 8 * (w / 8 + w % 8));
+			plain[t] += words[w];
+		}
+	for (unsigned i = 0; i < 8; i++)
+		sum[i] = 0;
+	for (unsigned t = 0; t < WARP; t++)
+		sum[t % 8] += prod[t] + plain[t ^ 1];
+}
+
+static uint64_t
+warp_hash(const uint8_t *p, uint64_t len, const uint8_t *secret)
+{
+	uint64_t acc[8], sum[8], words[PMCK_XXH3_WORDS];
+	uint64_t nb = pmck_xxh3_blocks(len);
+
+	for (unsigned i = 0; i < 8; i++)
+		acc[i] = pmck_xxh3_init_acc(i);
+	for (uint64_t b = 0; b <= nb; b++) {
+		unsigned n = b < nb ? PMCK_XXH3_WORDS : 8 * pmck_xxh3_tail_stripes(len);
+		memcpy(words, p + b * PMCK_XXH3_BLOCK, 8 * n); /* the kernel: aligned loads */
+		lane_sums(words, n, 0, secret, sum);
+		for (unsigned i = 0; i < 8; i++) {
+			acc[i] += sum[i];
+			if (b < nb)
+				acc[i] = pmck_xxh3_scramble(acc[i], secret, i);
+		}
+	}
+	/* The last 64 bytes, one more stripe against another key (threads 0..7). */
+	for (unsigned i = 0; i < 8; i++)
+		words[i] = pmck_xxh3_read64(p + len - PMCK_XXH3_STRIPE + 8 * i);
+	lane_sums(words, 8, PMCK_XXH3_LAST_KEY, secret, sum);
+	for (unsigned i = 0; i < 8; i++)
+		acc[i] += sum[i];
+	return pmck_xxh3_merge(acc, len, secret);
+}
+
+int
+main(void)
+{
+	const size_t cap = PMCK_HASH_CHUNK + 64;
+	const uint8_t *secret = pmck__xxh3_secret();
+	uint8_t *buf = aligned_alloc(64, cap);
+	static const uint64_t big[] = {1023 + 241, 2047, 2048, 2049, 4095, 4096, 4097, 65535, 65536,
+			65537, 100003, PMCK_HASH_CHUNK - 1, PMCK_HASH_CHUNK - 64, PMCK_HASH_CHUNK};
+	long bad = 0, first_bad = -1;
+
+	plan(4);
+	srand(7);
+	for (size_t i = 0; i < cap; i++)
+		buf[i] = (uint8_t)(rand() >> 5);
+	for (uint64_t len = PMCK_XXH3_LONG_MIN; len <= 5000; len++)
+		if (warp_hash(buf, len, secret) != pmck__hash(buf, len) && bad++ == 0)
+			first_bad = (long)len;
+	ok(bad == 0, "every length from %d to 5000 bytes hashes as libxxhash's XXH3_64bits "
+			"(%ld differ; first at %ld)", PMCK_XXH3_LONG_MIN, bad, first_bad);
+	bad = 0;
+	for (size_t k = 0; k < sizeof(big) / sizeof(big[0]); k++)
+		for (size_t off = 0; off <= 32; off += 8) /* 8-aligned starts, as the kernel takes */
+			if (warp_hash(buf + off, big[k], secret) != pmck__hash(buf + off, big[k]) &&
+			    bad++ == 0)
+				first_bad = (long)big[k];
+	ok(bad == 0, "lengths around blocks and up to a hash chunk, 8-aligned starts (%ld differ; "
+			"first at %ld)", bad, first_bad);
+	memset(buf, 0, cap);
+	ok(warp_hash(buf, PMCK_HASH_CHUNK, secret) == pmck__hash(buf, PMCK_HASH_CHUNK),
+			"a chunk of zeros");
+	/* One flipped bit anywhere changes the value (the test itself can fail). */
+	uint64_t before = warp_hash(buf, 5000, secret);
+	buf[4999] ^= 1;
+	ok(warp_hash(buf, 5000, secret) != before && warp_hash(buf, 5000, secret) ==
+			pmck__hash(buf, 5000), "a flipped last bit changes the value, as libxxhash's");
+	free(buf);
+	return done_testing();
+}
