@@ -211,7 +211,8 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h include/pmckpt.h common/errmsg.h $(FLAGS_STAMP)
+$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h runtime/xxh3_long.h include/pmckpt.h common/errmsg.h \
+		$(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 

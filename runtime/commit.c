@@ -187,16 +187,30 @@ pmck_ckpt_tensor_ptr(struct pmck_ckpt *c, size_t idx)
 int
 pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len)
 {
+	pmck__ckpt_flush_landed(c, idx, off, len);
+	return pmck__ckpt_landed_hashed(c, idx, off, len, NULL, NULL);
+}
+
+void
+pmck__ckpt_flush_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len)
+{
 	struct pmck_store *s = c->store;
-	const struct tmap_entry *e = &s->tmap[idx];
-	const char *p = s->data[c->slot] + e->offset;
-	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
 
 	/* Flushed now (the bytes may sit in the CPU cache, e.g. after DDIO), drained by the caller or commit. */
-	pma_region_flush(s->region, p + off, len);
-	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
+	pma_region_flush(s->region, s->data[c->slot] + s->tmap[idx].offset + off, len);
+}
+
+int
+pmck__ckpt_landed_hashed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len,
+		const uint64_t *hashes, const uint8_t *given)
+{
+	struct pmck_store *s = c->store;
+	const char *p = s->data[c->slot] + s->tmap[idx].offset;
+	uint64_t *hash = &s->chunk_hash[s->chunk_first[idx]];
+
+	for (uint64_t pos = off, k = 0; pos < off + len; pos += PMCK_HASH_CHUNK, k++) {
 		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
-		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+		hash[pos / PMCK_HASH_CHUNK] = given && given[k] ? hashes[k] : pmck__hash(p + pos, n);
 	}
 	atomic_fetch_add_explicit(&s->written[idx], len, memory_order_release);
 	return 0;

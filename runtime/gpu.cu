@@ -15,12 +15,29 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "pmckpt.h"
 #include "errmsg.h"
 #include "gpu.h"
+const uint8_t *pmck__xxh3_secret(void); /* checksum.c: libxxhash's XXH3_kSecret */
 }
+#include "xxh3_long.h"
+
+#define HASH_STREAMS 4 /* puts hashed side by side: a put's kernel goes to event % 4 */
+
+/* XXH3's secret, passed to the hash kernel by value (kernel parameters live in constant memory). */
+struct xxh3_secret {
+	uint8_t b[PMCK_XXH3_SECRET_SIZE];
+};
+
+/* One chunk to hash: read by the kernel in place, from mapped pinned memory. */
+struct hash_chunk {
+	const uint64_t *src;
+	uint64_t len;
+	uint64_t *out;
+};
 
 struct pmck_gpu {
 	int device;
@@ -43,6 +60,15 @@ struct pmck_gpu {
 	size_t ncopies, copies_used;   /* room, and used by this checkpoint's snapshots */
 	cudaEvent_t copies_read;       /* the last list copied to the device */
 	int snap_blocks;               /* the snapshot kernel's grid: 4 blocks per SM */
+	/* Device hashing (pmck__gpu_hash_open): lists and results in mapped pinned memory */
+	struct hash_chunk *hash_list, *hash_list_dev;
+	uint64_t *hash_results, *hash_results_dev;
+	size_t nhash, hash_used;       /* room, and used by this checkpoint's puts */
+	cudaStream_t hash_stream[HASH_STREAMS];
+	cudaEvent_t *hashed;           /* per put (its first layer): its hash kernel is done */
+	unsigned nhashed;
+	int hash_blocks;               /* the hash kernel's grid at most: 16 warps per SM */
+	struct xxh3_secret secret;
 };
 
 /* One piece of a snapshot: at most PMCK_GPU_SNAP_PIECE bytes, one thread block's work. */
@@ -212,6 +238,13 @@ pmck__gpu_close(struct pmck_gpu **gp)
 			cudaStreamDestroy(g->snap_stream);
 		if (g->copies_read)
 			cudaEventDestroy(g->copies_read);
+		for (unsigned l = 0; l < g->nhashed; l++)
+			cudaEventDestroy(g->hashed[l]);
+		for (unsigned k = 0; k < HASH_STREAMS; k++)
+			if (g->hash_stream[k])
+				cudaStreamDestroy(g->hash_stream[k]);
+		cudaFreeHost(g->hash_list);
+		cudaFreeHost(g->hash_results);
 		cudaFreeHost(g->copies_host);
 		cudaFree(g->copies_dev);
 		cudaFree(g->snapshot);
@@ -221,6 +254,7 @@ pmck__gpu_close(struct pmck_gpu **gp)
 	free(g->ready);
 	free(g->done);
 	free(g->snapped);
+	free(g->hashed);
 	free(g);
 	*gp = NULL;
 }
@@ -343,11 +377,13 @@ pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 }
 
 extern "C" int
-pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
-		size_t n)
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int hash_event,
+		size_t first, size_t n)
 {
 	DEVICE_SCOPE(g);
 	cudaStream_t s = caller_stream(stream);
+	if (hash_event >= 0 && (unsigned)hash_event < g->nhashed)
+		CUDA_TRY(cudaStreamWaitEvent(s, g->hashed[hash_event], 0));
 	if (snapshot_event >= 0) {
 		CUDA_TRY(cudaStreamWaitEvent(s, g->snapped[snapshot_event], 0));
 		return 0;
@@ -473,4 +509,154 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 	}
 	CUDA_TRY(cudaEventRecord(g->snapped[event], g->snap_stream));
 	return 0;
+}
+
+/*
+ * Device hashing: a warp per chunk, in grid-stride order.  Each block of
+ * 1 KiB is 128 words: thread t loads words t, t + 32, t + 64, t + 96
+ * (four coalesced 256-byte loads), all of lane t % 8, and their sums are
+ * combined by lane with three shuffles (xxh3_long.h says why that is XXH3);
+ * every thread of a lane then holds that lane's accumulator.  The keys
+ * depend on the thread only, so they are read from the secret once.
+ */
+#define FULL_WARP 0xffffffffu
+
+static __device__ __forceinline__ uint64_t
+lane_sum(uint64_t prod, uint64_t plain)
+{
+	uint64_t x = prod + __shfl_xor_sync(FULL_WARP, plain, 1); /* lane ^ 1's words */
+	x += __shfl_xor_sync(FULL_WARP, x, 8);
+	return x + __shfl_xor_sync(FULL_WARP, x, 16);
+}
+
+__global__ void
+hash_chunks(const struct hash_chunk *list, size_t n, struct xxh3_secret secret)
+{
+	const unsigned t = threadIdx.x % 32, lane = t % 8;
+	const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
+	const uint8_t *sec = secret.b;
+	uint64_t key[4];
+
+	for (unsigned k = 0; k < 4; k++) /* word t + 32k: stripe t / 8 + 4k, lane */
+		key[k] = pmck_xxh3_read64(sec + 8 * (t / 8 + 4 * k + lane));
+	const uint64_t scramble = pmck_xxh3_read64(sec + PMCK_XXH3_SCRAMBLE_KEY + 8 * lane);
+	const uint64_t last_key = pmck_xxh3_read64(sec + PMCK_XXH3_LAST_KEY + 8 * lane);
+
+	for (size_t c = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; c < n; c += warps) {
+		const uint64_t *p = list[c].src;
+		const uint64_t len = list[c].len, nb = pmck_xxh3_blocks(len);
+		uint64_t acc = pmck_xxh3_init_acc(lane);
+#pragma unroll 4
+		for (uint64_t b = 0; b < nb; b++) {
+			const uint64_t *w = p + b * PMCK_XXH3_WORDS + t;
+			uint64_t w0 = w[0], w1 = w[32], w2 = w[64], w3 = w[96];
+			uint64_t prod = pmck_xxh3_product_key(w0, key[0]) +
+					pmck_xxh3_product_key(w1, key[1]) +
+					pmck_xxh3_product_key(w2, key[2]) +
+					pmck_xxh3_product_key(w3, key[3]);
+			acc = pmck_xxh3_scramble_key(acc + lane_sum(prod, w0 + w1 + w2 + w3), scramble);
+		}
+		/* The partial block's stripes, unscrambled. */
+		const uint64_t *w = p + nb * PMCK_XXH3_WORDS;
+		unsigned nw = 8 * pmck_xxh3_tail_stripes(len);
+		uint64_t prod = 0, plain = 0;
+		for (unsigned k = 0; k < 4; k++)
+			if (t + 32 * k < nw) {
+				prod += pmck_xxh3_product_key(w[t + 32 * k], key[k]);
+				plain += w[t + 32 * k];
+			}
+		acc += lane_sum(prod, plain);
+		/* The last 64 bytes (any alignment), threads 0..7. */
+		prod = plain = 0;
+		if (t < 8) {
+			plain = pmck_xxh3_read64((const uint8_t *)p + len - PMCK_XXH3_STRIPE + 8 * t);
+			prod = pmck_xxh3_product_key(plain, last_key);
+		}
+		acc += lane_sum(prod, plain);
+		uint64_t all[8];
+		for (unsigned i = 0; i < 8; i++)
+			all[i] = __shfl_sync(FULL_WARP, acc, i);
+		if (t == 0)
+			*list[c].out = pmck_xxh3_merge(all, len, sec);
+	}
+}
+
+extern "C" int
+pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
+{
+	DEVICE_SCOPE(g);
+	g->nhash = nchunks ? nchunks : 1;
+	memcpy(g->secret.b, pmck__xxh3_secret(), sizeof(g->secret.b));
+	CUDA_TRY(cudaHostAlloc((void **)&g->hash_list, g->nhash * sizeof(*g->hash_list),
+			cudaHostAllocMapped | cudaHostAllocPortable));
+	CUDA_TRY(cudaHostGetDevicePointer((void **)&g->hash_list_dev, g->hash_list, 0));
+	CUDA_TRY(cudaHostAlloc((void **)&g->hash_results, g->nhash * sizeof(*g->hash_results),
+			cudaHostAllocMapped | cudaHostAllocPortable));
+	CUDA_TRY(cudaHostGetDevicePointer((void **)&g->hash_results_dev, g->hash_results, 0));
+	for (unsigned k = 0; k < HASH_STREAMS; k++)
+		CUDA_TRY(cudaStreamCreateWithFlags(&g->hash_stream[k], cudaStreamNonBlocking));
+	int sms = 0;
+	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->device));
+	g->hash_blocks = 2 * (sms > 0 ? sms : 1); /* 256 threads: 8 warps a block */
+	size_t made = 0;
+	int ret = make_events(&g->hashed, nlayers, &made);
+	g->nhashed = (unsigned)made;
+	return ret;
+}
+
+extern "C" int
+pmck__gpu_hash_begin(struct pmck_gpu *g)
+{
+	DEVICE_SCOPE(g);
+	/* Normally long done: the last checkpoint's writers waited for every put's hashes. */
+	for (unsigned k = 0; k < HASH_STREAMS; k++)
+		CUDA_TRY(cudaStreamSynchronize(g->hash_stream[k]));
+	g->hash_used = 0;
+	return 0;
+}
+
+extern "C" int
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
+		const void *const *srcs, const size_t *lens, const size_t *slots)
+{
+	size_t first = g->hash_used;
+
+	if (event >= g->nhashed || n > g->nhash - first)
+		return pmck__err(-EINVAL, "GPU path: %zu chunks to hash at event %u (%zu of %zu "
+				"used): a tensor put twice in one checkpoint?", n, event, first, g->nhash);
+	for (size_t i = 0; i < n; i++) {
+		if (slots[i] >= g->nhash || !pmck__gpu_hashable(srcs[i], lens[i]))
+			return pmck__err(-EINVAL, "GPU path: chunk %zu to hash (slot %zu, %zu bytes)",
+					i, slots[i], lens[i]);
+		g->hash_list[first + i] = {(const uint64_t *)srcs[i], lens[i],
+				g->hash_results_dev + slots[i]};
+	}
+	DEVICE_SCOPE(g);
+	g->hash_used += n;
+	cudaStream_t st = g->hash_stream[event % HASH_STREAMS];
+	/* On the GPU: after the work that produced the sources (G: after their snapshot). */
+	CUDA_TRY(cudaStreamWaitEvent(st, from_snapshot ? g->snapped[event] : g->ready[event], 0));
+	if (n) {
+		size_t blocks = (n + 7) / 8 < (size_t)g->hash_blocks ? (n + 7) / 8 :
+				(size_t)g->hash_blocks;
+		hash_chunks<<<(unsigned)blocks, 256, 0, st>>>(g->hash_list_dev + first, n, g->secret);
+		CUDA_TRY(cudaGetLastError());
+	}
+	CUDA_TRY(cudaEventRecord(g->hashed[event], st));
+	return 0;
+}
+
+extern "C" int
+pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event)
+{
+	if (event >= g->nhashed)
+		return pmck__err(-EINVAL, "GPU path: hashed event %u of %u", event, g->nhashed);
+	CUDA_TRY(cudaEventSynchronize(g->hashed[event]));
+	return 0;
+}
+
+extern "C" uint64_t
+pmck__gpu_hash_result(const struct pmck_gpu *g, size_t slot)
+{
+	return g->hash_results[slot];
 }

@@ -64,10 +64,10 @@ pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 }
 
 int
-pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
-		size_t n)
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int hash_event,
+		size_t first, size_t n)
 {
-	(void)g, (void)stream, (void)snapshot_event, (void)first, (void)n;
+	(void)g, (void)stream, (void)snapshot_event, (void)hash_event, (void)first, (void)n;
 	return no_cuda();
 }
 
@@ -91,3 +91,24 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 }
 
 const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g) { (void)g; return NULL; }
+
+int
+pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
+{
+	(void)g, (void)nchunks, (void)nlayers;
+	return no_cuda();
+}
+
+int pmck__gpu_hash_begin(struct pmck_gpu *g) { (void)g; return no_cuda(); }
+
+int
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
+		const void *const *srcs, const size_t *lens, const size_t *slots)
+{
+	(void)g, (void)event, (void)from_snapshot, (void)n, (void)srcs, (void)lens, (void)slots;
+	return no_cuda();
+}
+
+int pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event) { (void)g, (void)event; return no_cuda(); }
+
+uint64_t pmck__gpu_hash_result(const struct pmck_gpu *g, size_t slot) { (void)g, (void)slot; return 0; }

@@ -162,6 +162,15 @@ uint64_t pmck__layout_place(const struct pmck_tensor_desc *d, const uint64_t *nb
 /* commit.c: bytes [off, off+len) of tensor idx were stored into the slot by
  * someone else (a GPU); flush them and hash them.  Chunk-aligned like write_range. */
 int pmck__ckpt_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
+/* Only the flush of such bytes (their hashes come later: pmck__ckpt_landed_hashed). */
+void pmck__ckpt_flush_landed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len);
+/*
+ * The rest for bytes already flushed: chunk k of the range takes hashes[k]
+ * where given[k] (computed elsewhere from the same bytes: the GPU's device
+ * hashing), else is hashed here from what landed; then counts them written.
+ */
+int pmck__ckpt_landed_hashed(struct pmck_ckpt *c, size_t idx, uint64_t off, uint64_t len,
+		const uint64_t *hashes, const uint8_t *given);
 
 /*
  * commit.c: pmck_ckpt_commit, refusing to seal (PMCK_E_CORRUPT, the

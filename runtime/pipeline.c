@@ -50,6 +50,7 @@ struct pmck_pipeline {
 	struct pmck_pipeline_opts opts;
 	struct pmck_gpu *gpu;
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
+	int gpu_hash;          /* device hashing ($PMCK_GPU_HASH=device; D and G): gpu.h */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
@@ -69,6 +70,9 @@ struct pmck_pipeline {
 	const void **snap_src;
 	size_t *snap_len;
 	uint32_t *put_ix;        /* the dense indices of a put's layers (room for every layer) */
+	/* Device hashing: one put's chunks for the GPU to hash (room for every chunk) */
+	const void **hash_src;
+	size_t *hash_len, *hash_slot;
 
 	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
@@ -160,6 +164,29 @@ job_started(struct pmck_pipeline *p, const struct job *j)
 }
 
 /*
+ * Device hashing: once the put's hash kernel is done, the piece's chunks
+ * that the GPU hashed (pmck__gpu_hashable, decided on the same address as
+ * at the put) take its results; the others are hashed from what landed.
+ */
+static int
+take_gpu_hashes(struct pmck_pipeline *p, const struct job *j)
+{
+	uint64_t hashes[PIECE / PMCK_HASH_CHUNK];
+	uint8_t given[PIECE / PMCK_HASH_CHUNK];
+	size_t slot = p->store->chunk_first[j->tensor] + j->off / PMCK_HASH_CHUNK;
+	int ret = pmck__gpu_hash_wait(p->gpu, p->layer_event[j->layer]);
+
+	if (ret)
+		return ret;
+	for (uint64_t pos = 0, k = 0; pos < j->len; pos += PMCK_HASH_CHUNK, k++) {
+		uint64_t n = j->len - pos < PMCK_HASH_CHUNK ? j->len - pos : PMCK_HASH_CHUNK;
+		given[k] = (uint8_t)pmck__gpu_hashable((const char *)j->src + pos, n);
+		hashes[k] = given[k] ? pmck__gpu_hash_result(p->gpu, slot + k) : 0;
+	}
+	return pmck__ckpt_landed_hashed(p->ckpt, j->tensor, j->off, j->len, hashes, given);
+}
+
+/*
  * A piece from device memory: its sub-copies are enqueued at once on this
  * writer's stream, after the layer's ready event (the caller's work that
  * produced the sources), and each is flushed and hashed as it lands while
@@ -185,10 +212,17 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 	for (unsigned i = 0; i < nsub && !ret; i++) {
 		uint64_t off = (uint64_t)i * p->gpu_sub;
 		uint64_t n = j->len - off < p->gpu_sub ? j->len - off : p->gpu_sub;
-		if (!(ret = pmck__gpu_copy_wait(ws, i)))
-			ret = staged ? pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n) :
-				pmck__ckpt_landed(c, j->tensor, j->off + off, n);
+		if ((ret = pmck__gpu_copy_wait(ws, i)))
+			break;
+		if (staged)
+			ret = pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n);
+		else if (p->gpu_hash)
+			pmck__ckpt_flush_landed(c, j->tensor, j->off + off, n); /* hashed on the GPU */
+		else
+			ret = pmck__ckpt_landed(c, j->tensor, j->off + off, n);
 	}
+	if (!ret && p->gpu_hash)
+		ret = take_gpu_hashes(p, j);
 	/* After a failure no copy of this job may still be landing when the slot is reused. */
 	if (ret && nsub)
 		pmck__gpu_copy_wait(ws, nsub - 1); /* the stream runs in order: the last one is all */
@@ -428,17 +462,58 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 	return 0;
 }
 
+/*
+ * $PMCK_GPU_HASH: "host" (the default: the writers hash the bytes that
+ * landed) or "device" (the GPU hashes the sources, gpu.h).  C keeps
+ * hashing in its fused copy into the region, which reads the bytes anyway.
+ */
+static int
+gpu_hash_mode(enum pmck_source source, int *device)
+{
+	const char *e = getenv("PMCK_GPU_HASH");
+
+	*device = 0;
+	if (!e || !*e || !strcmp(e, "host"))
+		return 0;
+	if (strcmp(e, "device"))
+		return pma__err(-EINVAL, "PMCK_GPU_HASH=%s: 'host' (the writers hash what lands, "
+				"the default) or 'device' (the GPU hashes the sources)", e);
+	*device = source != PMCK_SOURCE_GPU_STAGED;
+	return 0;
+}
+
+static int
+open_gpu_hash(struct pmck_pipeline *p)
+{
+	struct pmck_store *s = p->store;
+	size_t nchunks = s->chunk_first[pmck_store_ntensors(s)];
+	int ret = pmck__gpu_hash_open(p->gpu, nchunks, p->nlayers);
+
+	if (ret)
+		return ret;
+	p->hash_src = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_src));
+	p->hash_len = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_len));
+	p->hash_slot = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_slot));
+	if (!p->hash_src || !p->hash_len || !p->hash_slot)
+		return pma__err(-ENOMEM, "out of memory");
+	return 0;
+}
+
 static int
 open_gpu(struct pmck_pipeline *p)
 {
 	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
 			pmck_store_data_size(p->store) : 0;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
+	if (!ret)
+		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
 	if (ret)
 		return ret;
 	size_t ntensors = pmck_store_ntensors(p->store);
 	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot, ntensors,
 			p->nlayers, p->qcap, &p->gpu);
+	if (!ret && p->gpu_hash)
+		ret = open_gpu_hash(p);
 
 	for (unsigned t = 0; !ret && t < p->nthreads && p->opts.source == PMCK_SOURCE_GPU_STAGED; t++)
 		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
@@ -547,6 +622,8 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	if (p->opts.global && (ret = pmck__global_complete(p->opts.global)))
 		goto out;
 	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_snapshot_begin(p->gpu)))
+		goto out;
+	if (p->gpu_hash && (ret = pmck__gpu_hash_begin(p->gpu)))
 		goto out;
 	if ((ret = pmck_store_begin(p->store, step, &p->ckpt)))
 		goto out;
@@ -669,7 +746,7 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 		ret = pmck__gpu_layer_ready(p->gpu, event, cuda_stream);
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
 	const char *snap = snapshot ? pmck__gpu_snapshot_base(p->gpu) : NULL;
-	size_t nsnap = 0;
+	size_t nsnap = 0, nhash = 0;
 	for (size_t l = 0; l < n; l++) {
 		uint32_t ix = p->put_ix[l];
 		p->layer_event[ix] = event;
@@ -696,6 +773,15 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 				p->layer_njobs[ix]++;
 				off += len;
 			} while (off < ti.nbytes);
+			for (off = 0; p->gpu_hash && off < ti.nbytes; off += PMCK_HASH_CHUNK) {
+				uint64_t len = ti.nbytes - off < PMCK_HASH_CHUNK ? ti.nbytes - off :
+						PMCK_HASH_CHUNK;
+				if (!pmck__gpu_hashable(base + off, len))
+					continue; /* a writer hashes it (take_gpu_hashes) */
+				p->hash_src[nhash] = base + off;
+				p->hash_len[nhash] = len;
+				p->hash_slot[nhash++] = p->store->chunk_first[i] + off / PMCK_HASH_CHUNK;
+			}
 		}
 		p->layer_put[ix] = 1;
 		p->layers_put++;
@@ -706,6 +792,10 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	 */
 	if (snapshot && !ret)
 		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
+	/* Device hashing: the put's chunks (G: of the snapshot, after it), one kernel. */
+	if (p->gpu_hash && !ret)
+		ret = pmck__gpu_hash(p->gpu, event, snapshot, nhash, p->hash_src, p->hash_len,
+				p->hash_slot);
 	if (ret && !p->error)
 		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
 	if (p->outstanding == 0 && p->layers_put == p->nlayers)
@@ -755,8 +845,11 @@ pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *c
 	if (ret)
 		pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	pthread_mutex_unlock(&p->lock);
+	/* D with device hashing: the hash kernel reads the sources too (G: it reads the snapshot). */
+	int hash_event = p->gpu_hash && !snapshot ? event : -1;
 	if (!ret && busy)
-		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? event : -1, first, n);
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? event : -1, hash_event,
+				first, n);
 	return ret;
 }
 
@@ -834,6 +927,9 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->snap_src);
 	free(p->snap_len);
 	free(p->put_ix);
+	free(p->hash_src);
+	free(p->hash_len);
+	free(p->hash_slot);
 	free(p);
 	*pp = NULL;
 }

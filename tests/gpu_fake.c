@@ -12,7 +12,12 @@
  * the contract the real one relies on, counting breaches: a copy started
  * before its ready (or snapshot) event was recorded, a stream's sub-copy
  * events reused while its copies are in flight, a copy landing outside the
- * region, a stream deleted with copies queued.
+ * region, a stream deleted with copies queued.  Device hashing: a put's
+ * hashes are computed (as the kernel does, xxh3_warp.h) only when a writer
+ * waits for them or a caller's stream-ordered wait names them, so a source
+ * changed before that shows as a checkpoint that fails to verify; reading a
+ * result not computed in this checkpoint, or hashing a chunk the kernel does
+ * not take, is a breach.
  *
  * What only a GPU shows (tests/gpu_pipeline.c): real asynchrony, the
  * stream and event semantics, the snapshot kernel, DMA into the region.
@@ -22,7 +27,9 @@
 #include <stdatomic.h>
 
 #include "ckpt_util.h"
+#include "xxh3_warp.h"
 #include "../runtime/gpu.h"
+#include "../runtime/internal.h"
 
 /* ------------------------------------------------------------------ the stand-in */
 
@@ -57,6 +64,12 @@ struct pmck_gpu_stream {
 	unsigned head, n;
 };
 
+struct hash_chunk {
+	const void *src;
+	size_t len, slot;
+	unsigned event;
+};
+
 struct pmck_gpu {
 	pthread_mutex_t lock; /* everything below, and every stream's queue */
 	char *base;
@@ -66,7 +79,18 @@ struct pmck_gpu {
 	char *snapshot;
 	size_t snapshot_bytes, njobs;
 	struct pmck_gpu_stream *streams[MAX_STREAMS];
+	/* Device hashing: chunks queued [hash_done, hash_used) run in order when waited for */
+	struct hash_chunk *hash_list;
+	uint64_t *hash_results;
+	unsigned *hash_gen, gen; /* the checkpoint (begin) that computed each result */
+	size_t nhash, hash_used, hash_done;
 };
+
+static atomic_ulong gpu_hashed; /* chunks the stand-in hashed "on the GPU" */
+/* While set (under the gpu's lock), a writer's hash_wait holds until its hashes have run. */
+static int hold_hashes;
+static struct pmck_gpu *open_gpu; /* the last one opened, while it is open */
+static pthread_cond_t hashes_ran = PTHREAD_COND_INITIALIZER;
 
 int pmck__gpu_build_version(void) { return 0; }
 
@@ -95,6 +119,7 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t n
 	g->snapshot_bytes = snapshot_bytes;
 	g->snapshot = snapshot_bytes ? malloc(snapshot_bytes) : NULL;
 	g->njobs = njobs;
+	open_gpu = g;
 	return !g->ready || !g->snapped || (snapshot_bytes && !g->snapshot) ? -ENOMEM : 0;
 }
 
@@ -105,9 +130,14 @@ pmck__gpu_close(struct pmck_gpu **gp)
 
 	if (!g)
 		return;
+	if (open_gpu == g)
+		open_gpu = NULL;
 	free(g->ready);
 	free(g->snapped);
 	free(g->snapshot);
+	free(g->hash_list);
+	free(g->hash_results);
+	free(g->hash_gen);
 	pthread_mutex_destroy(&g->lock);
 	free(g);
 	*gp = NULL;
@@ -222,12 +252,42 @@ pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 	return n == 0 ? -EIO : 0;
 }
 
+/* Runs the hash "kernels" queued up to and including event's (g->lock held). */
+static void
+run_hashes_locked(struct pmck_gpu *g, unsigned event)
+{
+	size_t end = g->hash_done;
+
+	for (size_t k = g->hash_done; k < g->hash_used; k++)
+		if (g->hash_list[k].event == event)
+			end = k + 1;
+	for (; g->hash_done < end; g->hash_done++) {
+		const struct hash_chunk *c = &g->hash_list[g->hash_done];
+		g->hash_results[c->slot] = warp_hash(c->src, c->len, pmck__xxh3_secret());
+		g->hash_gen[c->slot] = g->gen;
+		atomic_fetch_add(&gpu_hashed, 1);
+	}
+	pthread_cond_broadcast(&hashes_ran);
+}
+
+/* Whether event's hashes are still queued (g->lock held). */
+static int
+hashes_pending_locked(const struct pmck_gpu *g, unsigned event)
+{
+	for (size_t k = g->hash_done; k < g->hash_used; k++)
+		if (g->hash_list[k].event == event)
+			return 1;
+	return 0;
+}
+
 int
-pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, size_t first,
-		size_t n)
+pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int hash_event,
+		size_t first, size_t n)
 {
 	(void)stream;
 	pthread_mutex_lock(&g->lock);
+	if (hash_event >= 0)
+		run_hashes_locked(g, (unsigned)hash_event);
 	if (snapshot_event >= 0 && ((unsigned)snapshot_event >= g->nevents ||
 			!g->snapped[snapshot_event]))
 		breach("a caller waiting for a snapshot never taken");
@@ -279,6 +339,86 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 	g->snapped[event]++;
 	pthread_mutex_unlock(&g->lock);
 	return 0;
+}
+
+int
+pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
+{
+	(void)nlayers;
+	g->nhash = nchunks ? nchunks : 1;
+	g->hash_list = calloc(g->nhash, sizeof(*g->hash_list));
+	g->hash_results = calloc(g->nhash, sizeof(*g->hash_results));
+	g->hash_gen = calloc(g->nhash, sizeof(*g->hash_gen));
+	return g->hash_list && g->hash_results && g->hash_gen ? 0 : -ENOMEM;
+}
+
+int
+pmck__gpu_hash_begin(struct pmck_gpu *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->hash_used = g->hash_done = 0; /* a failed checkpoint's hashes are never run */
+	g->gen++;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+int
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
+		const void *const *srcs, const size_t *lens, const size_t *slots)
+{
+	if (event >= g->nevents || n > g->nhash - g->hash_used)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	if (!(from_snapshot ? g->snapped[event] : g->ready[event]))
+		breach("chunks hashed before their ready (or snapshot) event was recorded");
+	for (size_t i = 0; i < n; i++) {
+		if (!pmck__gpu_hashable(srcs[i], lens[i]) || lens[i] > PMCK_HASH_CHUNK ||
+		    slots[i] >= g->nhash) {
+			breach("a chunk the hash kernel does not take");
+			continue;
+		}
+		g->hash_list[g->hash_used++] = (struct hash_chunk){srcs[i], lens[i], slots[i], event};
+	}
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+int
+pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event)
+{
+	if (event >= g->nevents)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	while (hold_hashes && hashes_pending_locked(g, event))
+		pthread_cond_wait(&hashes_ran, &g->lock);
+	run_hashes_locked(g, event);
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+/* Holds writers' hash_waits (on), or lets them go on (off: their hashes then run). */
+static void
+hold_hash_waits(int on)
+{
+	struct pmck_gpu *g = open_gpu;
+
+	pthread_mutex_lock(&g->lock);
+	hold_hashes = on;
+	pthread_cond_broadcast(&hashes_ran);
+	pthread_mutex_unlock(&g->lock);
+}
+
+uint64_t
+pmck__gpu_hash_result(const struct pmck_gpu *g, size_t slot)
+{
+	struct pmck_gpu *m = (struct pmck_gpu *)g;
+
+	pthread_mutex_lock(&m->lock);
+	if (slot >= g->nhash || g->hash_gen[slot] != g->gen)
+		breach("a hash result read before its kernel ran in this checkpoint");
+	uint64_t h = slot < g->nhash ? g->hash_results[slot] : 0;
+	pthread_mutex_unlock(&m->lock);
+	return h;
 }
 
 /* ------------------------------------------------------------------ the test */
@@ -360,16 +500,92 @@ checkpoint(struct pmck_pipeline *p, uint64_t step, int how)
 	return ret ? ret : pmck_pipeline_wait(p);
 }
 
+/*
+ * Device hashing: a checkpoint whose first tensor is put from an odd
+ * address (a view at an odd offset) and whose second from an 8-aligned
+ * one: the writers hash the first's chunks, the GPU the second's, and it
+ * comes back bit-exact.
+ */
+static int
+checkpoint_odd_source(struct pmck_pipeline *p, uint64_t step)
+{
+	uint8_t *odd = malloc(nbytes[0] + 1);
+	const void *srcs[N];
+	int ret = pmck_pipeline_begin(p, step);
+
+	memcpy(odd + 1, dev[0], nbytes[0]);
+	for (size_t i = 0; i < N; i++)
+		srcs[i] = i ? dev[i] : odd + 1;
+	for (unsigned l = 0; l < LAYERS && !ret; l++)
+		ret = pmck_pipeline_put_layer(p, l * 10, srcs);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	free(odd);
+	return ret;
+}
+
+/*
+ * Device hashing, D: the hash kernel reads the sources, so a caller's
+ * stream-ordered wait for a layer must order after it too.  Layer 20 is put
+ * alone, after the others are persisted; its writers (one per piece) are
+ * held before its hashes run; the caller waits for the layer on its stream
+ * and overwrites its sources; then the writers go on.  The checkpoint must
+ * hold, and verify with, the values put.
+ */
 static void
-test_source(const char *path, enum pmck_source src, uint64_t *step)
+test_hash_order(const char *path, uint64_t *step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 8, .numa_node = -1,
+			.source = PMCK_SOURCE_GPU_DIRECT};
+	static const uint32_t others[] = {0, 10, 30, 40, 50}, last = 20;
+	const void *const *srcs = (const void *const *)dev;
+
+	setenv("PMCK_GPU_HASH", "device", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "hash order: set up: %s", pmck_errormsg());
+		return;
+	}
+	fill(++*step);
+	int ret = pmck_pipeline_begin(p, *step);
+	if (!ret)
+		ret = pmck_pipeline_put_layers_stream(p, others, 5, srcs, NULL);
+	for (unsigned l = 0; l < 5 && !ret; l++)
+		ret = pmck_pipeline_wait_layer(p, others[l]);
+	hold_hash_waits(1);
+	if (!ret)
+		ret = pmck_pipeline_put_layer(p, last, srcs);
+	if (!ret)
+		ret = pmck_pipeline_wait_layer_stream(p, last, NULL);
+	for (size_t i = 2 * PER_LAYER; i < 3 * PER_LAYER && !ret; i++)
+		memset(dev[i], 0xee, nbytes[i]);
+	hold_hash_waits(0);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	ok(!ret && exact(s, *step), "D (DMA), device hashing: sources overwritten right after "
+			"wait_layer_stream, before the writers took the hashes: the checkpoint holds and "
+			"verifies the values put (%s)", ret ? pmck_errormsg() : "");
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+}
+
+static void
+test_source(const char *path, enum pmck_source src, uint64_t *step, int device_hash)
 {
 	struct pma_region *r;
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
 	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src};
-	const char *name = source_name(src);
+	char name[64];
 	unsigned before = atomic_load(&breaches);
+
+	snprintf(name, sizeof(name), "%s%s", source_name(src), device_hash ? ", device hashing" : "");
+	setenv("PMCK_GPU_HASH", device_hash ? "device" : "host", 1);
 
 	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
 	    pmck_pipeline_new(s, &o, &p)) {
@@ -413,6 +629,23 @@ test_source(const char *path, enum pmck_source src, uint64_t *step)
 	fill(++*step);
 	ret = checkpoint(p, *step, 1);
 	ok(!ret && exact(s, *step), "%s: the next checkpoint commits, bit-exact", name);
+	if (device_hash) {
+		/*
+		 * 10 chunks per layer go to the GPU (9 MiB of the first tensor and the
+		 * 8 KiB one; the 6-byte and 3-byte rests are too short), less the 9 of
+		 * the tensor put from an odd address, except for G, which hashes its
+		 * snapshot (aligned); C hashes in its copy, never there.
+		 */
+		unsigned long want = src == PMCK_SOURCE_GPU_STAGED ? 0 :
+				src == PMCK_SOURCE_GPU_SNAPSHOT ? 10 * LAYERS : 10 * LAYERS - 9;
+		unsigned long hashed_before = atomic_load(&gpu_hashed);
+		fill(++*step);
+		ret = checkpoint_odd_source(p, *step);
+		ok(!ret && exact(s, *step), "%s: a tensor put from an odd address (hashed by a "
+				"writer) beside aligned ones, bit-exact", name);
+		is_int((long)(atomic_load(&gpu_hashed) - hashed_before), (long)want,
+				"%s: the chunks the kernel takes were hashed by the \"GPU\"", name);
+	}
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	unsigned n = atomic_load(&breaches) - before;
@@ -433,8 +666,25 @@ main(void)
 		return 1;
 	close_store(&r, &pool, &s);
 	uint64_t step = 0;
-	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT; src++)
-		test_source(path, src, &step);
+	for (int device_hash = 0; device_hash <= 1; device_hash++)
+		for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT;
+		     src++)
+			test_source(path, src, &step, device_hash);
+	test_hash_order(path, &step);
+
+	/* A mistyped PMCK_GPU_HASH is refused, saying what it takes. */
+	struct pmck_pipeline *p = NULL;
+	struct pmck_pipeline_opts o = {.threads = 1, .source = PMCK_SOURCE_GPU_DIRECT};
+	setenv("PMCK_GPU_HASH", "gpu", 1);
+	int ret = open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s);
+	if (!ret)
+		ret = pmck_pipeline_new(s, &o, &p);
+	ok(ret == -EINVAL && !p && strstr(pmck_errormsg(), "PMCK_GPU_HASH=gpu") &&
+			strstr(pmck_errormsg(), "'device'"), "PMCK_GPU_HASH=gpu refused: %s",
+			pmck_errormsg());
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	unsetenv("PMCK_GPU_HASH");
 	unlink(path);
 	for (size_t i = 0; i < N; i++) {
 		free(dev[i]);

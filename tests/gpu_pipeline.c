@@ -6,7 +6,9 @@
  * ordered after the producer's stream without a synchronisation, not
  * held up by work queued later on the legacy default stream, and a
  * stream-ordered wait_layer after which that stream may overwrite the
- * sources; several layers put in one call from unaligned views.  Skips
+ * sources; several layers put in one call from unaligned views.  All of
+ * it twice: with the writers hashing what lands, and with the GPU hashing
+ * the sources ($PMCK_GPU_HASH=device; the crash trials: half).  Skips
  * without CUDA or without a device; never passes without running.
  */
 #include <errno.h>
@@ -30,10 +32,11 @@ main(void)
 #include <cuda_runtime_api.h>
 
 #define LAYERS 4
-#define PER_LAYER 3
+#define PER_LAYER 4
 #define N (LAYERS * PER_LAYER)
 
 static struct pmck_tensor_desc descs[N];
+static int device_hash; /* $PMCK_GPU_HASH=device for the pipelines made (main sets it) */
 static char names[N][32];
 static size_t nbytes[N];
 static uint8_t *host[N];
@@ -47,8 +50,12 @@ make_layout(void)
 		snprintf(names[i], sizeof(names[i]), "l%zu.t%u", i / PER_LAYER, k);
 		descs[i] = (struct pmck_tensor_desc){.name = names[i], .dtype = PMCK_DTYPE_BF16,
 				.ndim = 1, .layer = (uint32_t)(i / PER_LAYER)};
-		/* 20 MiB + 6 bytes (pieces with an odd tail), 8 KiB, 1 element */
-		descs[i].shape[0] = k == 0 ? (10u << 20) + 3 : k == 1 ? 4096 : 1;
+		/*
+		 * 20 MiB + 6 bytes (pieces with an odd tail), 8 KiB, 1 element, and
+		 * 3402 bytes (device hashing: 3 blocks, 5 stripes and a last stripe
+		 * at an odd offset)
+		 */
+		descs[i].shape[0] = k == 0 ? (10u << 20) + 3 : k == 1 ? 4096 : k == 2 ? 1 : 1701;
 		nbytes[i] = descs[i].shape[0] * 2;
 		host[i] = malloc(nbytes[i]);
 	}
@@ -69,6 +76,15 @@ upload(void)
 		if (cudaMemcpy(dev[i], host[i], nbytes[i], cudaMemcpyHostToDevice) != cudaSuccess)
 			return -1;
 	return 0;
+}
+
+/* The strategy's name, and the hashing's when on the device. */
+static const char *
+name_of(enum pmck_source src)
+{
+	static char buf[64];
+	snprintf(buf, sizeof(buf), "%s%s", source_name(src), device_hash ? ", device hashing" : "");
+	return buf;
 }
 
 /* This test's store: a 192 MiB region, store "g", the layout above. */
@@ -103,7 +119,7 @@ gpu_checkpoints(const char *path, enum pmck_source src, uint64_t first, uint64_t
 	if (open_test_store(path, 0, &r, &pool, &s))
 		return -1;
 	if ((ret = pmck_pipeline_new(s, &o, &p))) {
-		diag("%s: %s", source_name(src), pmck_errormsg());
+		diag("%s: %s", name_of(src), pmck_errormsg());
 		close_store(&r, &pool, &s);
 		return ret;
 	}
@@ -123,7 +139,7 @@ gpu_checkpoints(const char *path, enum pmck_source src, uint64_t first, uint64_t
 			ret = -EIO;
 	}
 	if (ret)
-		diag("%s: %s", source_name(src), pmck_errormsg());
+		diag("%s: %s", name_of(src), pmck_errormsg());
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	return ret;
@@ -203,7 +219,7 @@ rig_open(struct rig *g, const char *path, enum pmck_source src)
 		return -1;
 	if (cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking) != cudaSuccess ||
 	    pmck_pipeline_new(g->s, &o, &g->p)) {
-		ok(0, "%s: set up: %s", source_name(src), pmck_errormsg());
+		ok(0, "%s: set up: %s", name_of(src), pmck_errormsg());
 		if (g->side)
 			cudaStreamDestroy(g->side);
 		close_store(&g->r, &g->pool, &g->s);
@@ -226,7 +242,7 @@ static void
 test_streams(const char *path, enum pmck_source src, uint64_t step)
 {
 	struct rig g;
-	const char *name = source_name(src);
+	const char *name = name_of(src);
 	int ret;
 
 	if (rig_open(&g, path, src))
@@ -294,11 +310,11 @@ static void
 test_put_layers(const char *path, enum pmck_source src, uint64_t step)
 {
 	static const uint32_t order[LAYERS] = {2, 0, 3, 1};
-	static const size_t skew[PER_LAYER] = {4, 2, 6};
+	static const size_t skew[PER_LAYER] = {4, 2, 6, 0};
 	struct rig g;
 	char *base[N] = {0};
 	const void *view[N];
-	const char *name = source_name(src);
+	const char *name = name_of(src);
 	int ret = 0;
 
 	for (size_t i = 0; i < N && !ret; i++) {
@@ -364,6 +380,8 @@ test_crash(const char *path, int trials)
 			close_store(&r, &pool, &s);
 			if (alloc_device())
 				_exit(2);
+			if (t & 4) /* the second half with device hashing */
+				setenv("PMCK_GPU_HASH", "device", 1);
 			gpu_checkpoints(path, PMCK_SOURCE_GPU_DIRECT + t % 4, first, first + 1000, fds[1]);
 			_exit(3);
 		}
@@ -417,14 +435,18 @@ main(void)
 	if (alloc_device())
 		return 1;
 	uint64_t step = 1000000;
+	/* Each strategy with the writers hashing what lands, then with the GPU hashing the sources. */
+	for (int dh = 0; dh <= 1; dh++)
 	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_SNAPSHOT; src++) {
+		device_hash = dh;
+		setenv("PMCK_GPU_HASH", dh ? "device" : "host", 1);
 		step += 10;
 		is_int(gpu_checkpoints(path, src, step, step + 2, -1), 0, "%s: three checkpoints",
-				source_name(src));
+				name_of(src));
 		open_test_store(path, 0, &r, &pool, &s);
-		is_int(pmck_store_recover(s, &rec), 0, "%s: recover", source_name(src));
-		is_int(rec.step, step + 2, "%s: newest step", source_name(src));
-		ok(exact(s, step + 2), "%s: every tensor bit-exact", source_name(src));
+		is_int(pmck_store_recover(s, &rec), 0, "%s: recover", name_of(src));
+		is_int(rec.step, step + 2, "%s: newest step", name_of(src));
+		ok(exact(s, step + 2), "%s: every tensor bit-exact", name_of(src));
 		close_store(&r, &pool, &s);
 		test_streams(path, src, step + 2);
 		test_put_layers(path, src, step + 6);
