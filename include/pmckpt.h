@@ -395,10 +395,13 @@ struct pmck_pipeline_opts {
  * the whole region with cudaHostRegister (Mapped|Portable).  They copy
  * in sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged);
  * the environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8)
- * sets another size, for tuning (docs/gpu.md).
- * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, named in the message),
- * -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path unavailable: built without
- * CUDA, no driver or no device; the message says which).
+ * sets another size, for tuning (docs/gpu.md).  The writers hash (XXH3)
+ * what lands; PMCK_GPU_HASH=device has the GPU hash the sources instead
+ * (every GPU source but the staged one; an experiment, off by default:
+ * docs/gpu.md).
+ * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB or PMCK_GPU_HASH, named in
+ * the message), -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path unavailable:
+ * built without CUDA, no driver or no device; the message says which).
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);

@@ -11,7 +11,10 @@
  * GPU path (when a device is present): full checkpoints from device memory
  * through each strategy (--gpu-threads writers, default 8), against cudaMemcpy
  * D2H of each tensor into ordinary pinned memory; for context also against the
- * same bytes as one copy, and against the copies into the registered region.
+ * same bytes as one copy, and against the copies into the registered region;
+ * D and G again with device hashing (PMCK_GPU_HASH=device) against the same
+ * strategy hashing on the CPU.  Then what the CPU can hash: XXH3 of the slot
+ * on the writers' thread count, and pmck_store_recover's verification.
  *
  * Output: `bench: NAME VALUE UNIT` and `ratio: NAME VALUE` lines; # for context.
  */
@@ -189,6 +192,40 @@ checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned r
 			bytes / 1e6, threads);
 	return tput;
 }
+
+#ifdef PMCK_HAVE_CUDA
+/*
+ * Whole checkpoints from device memory through strategy src, put layer by
+ * layer, each timed from begin to its commit: the median of `steps` after
+ * one to warm up, in GB/s.
+ */
+static double
+gpu_tput(struct pmck_store *s, enum pmck_source src, unsigned threads, uint32_t nlayers,
+		void **dsrc, uint64_t bytes, unsigned steps)
+{
+	static uint64_t gstep = 100000;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = threads, .numa_node = -1, .source = src};
+	double t[64];
+
+	if (pmck_pipeline_new(s, &o, &p))
+		die("GPU pipeline");
+	for (unsigned rep = 0; rep <= steps; rep++) {
+		double t0 = tool_now();
+		if (pmck_pipeline_begin(p, ++gstep))
+			die("begin");
+		for (uint32_t l = 0; l < nlayers; l++)
+			if (pmck_pipeline_put_layer(p, l, (const void *const *)dsrc))
+				die("put_layer");
+		if (pmck_pipeline_wait(p))
+			die("wait");
+		if (rep) /* rep 0 warms up */
+			t[rep - 1] = tool_now() - t0;
+	}
+	pmck_pipeline_delete(&p);
+	return bytes / tool_median(t, steps) / 1e9;
+}
+#endif
 
 int
 main(int argc, char **argv)
@@ -499,27 +536,10 @@ main(int argc, char **argv)
 		};
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		unsigned gthreads = gpu_threads ? gpu_threads : cpus >= 8 ? 8 : (unsigned)cpus;
-		static uint64_t gstep = 100000;
+		double host_hash_tput[4];
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
-			struct pmck_pipeline *p;
-			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
-					.source = strat[k].src};
-			if (pmck_pipeline_new(s, &o, &p))
-				die(strat[k].name);
-			for (unsigned rep = 0; rep <= steps; rep++) {
-				t0 = tool_now();
-				if (pmck_pipeline_begin(p, ++gstep))
-					die("begin");
-				for (uint32_t l = 0; l < nlayers; l++)
-					if (pmck_pipeline_put_layer(p, l, (const void *const *)dsrc))
-						die("put_layer");
-				if (pmck_pipeline_wait(p))
-					die("wait");
-				if (rep) /* rep 0 warms up */
-					stall[rep - 1] = tool_now() - t0;
-			}
-			pmck_pipeline_delete(&p);
-			double tput = bytes / tool_median(stall, steps) / 1e9;
+			double tput = host_hash_tput[k] = gpu_tput(s, strat[k].src, gthreads, nlayers,
+					dsrc, bytes, steps);
 			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
 			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
 			if (region_tput > 0)
@@ -531,6 +551,25 @@ main(int argc, char **argv)
 		}
 		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
 				gthreads);
+		/*
+		 * Device hashing (PMCK_GPU_HASH=device): the GPU hashes the sources and
+		 * the writers only flush, for D (DMA) and G, against the same strategy
+		 * hashing on the CPU above, in this run.
+		 */
+		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
+			if (strat[k].src != PMCK_SOURCE_GPU_DIRECT &&
+			    strat[k].src != PMCK_SOURCE_GPU_SNAPSHOT)
+				continue;
+			setenv("PMCK_GPU_HASH", "device", 1);
+			double tput = gpu_tput(s, strat[k].src, gthreads, nlayers, dsrc, bytes, steps);
+			unsetenv("PMCK_GPU_HASH");
+			printf("bench: %s_device_hash_tput %.2f GB/s\n", strat[k].name, tput);
+			printf("ratio: %s_device_hash_vs_host_hash %.4f\n", strat[k].name,
+					tput / host_hash_tput[k]);
+			if (one_copy_tput > 0)
+				printf("ratio: %s_device_hash_tput_vs_pinned_d2h_one_copy %.4f\n",
+						strat[k].name, tput / one_copy_tput);
+		}
 		/*
 		 * Whether the writers' hashing can keep up with the link: above 1 it
 		 * can, in this run, on this many threads (the bytes GPU-landed, as

@@ -10,6 +10,10 @@ skips where there is no GPU):
   ratio: gpu_load_into_vs_pinned_h2d      Store.load(into=) the same CUDA tensors,
           verified, against a pinned H2D of them, the faster of the same two
           (goal >= 0.8)
+  ratio: gpu_save_device_hash_vs_host_hash  the same Store.save with device
+          hashing (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
+          only flush) against the host's hashing, as speed (above 1: faster);
+          also gpu_save_durable_device_hash_vs_pinned_d2h
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
@@ -18,7 +22,8 @@ skips where there is no GPU):
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
-         (Store(gpu_source="snapshot"), Store(on_busy="queue"))   from bench_train.py
+         (Store(gpu_source="snapshot"), Store(on_busy="queue")),
+         gpu_train_device_hash_* (pmdh, pmqsnapdh)   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
@@ -238,7 +243,18 @@ def main():
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
-    with pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
+    # The same saves with device hashing (the GPU hashes the sources; the library
+    # reads PMCK_GPU_HASH when a store makes its pipeline, at its first save).
+    saved_env = os.environ.get("PMCK_GPU_HASH")
+    os.environ["PMCK_GPU_HASH"] = "device"
+    sd = pmckpt.Store(name="bench-gpu-dh", ramdisk=d, threads=a.threads)
+    sd.save(st, 1)
+    if saved_env is None:
+        del os.environ["PMCK_GPU_HASH"]
+    else:
+        os.environ["PMCK_GPU_HASH"] = saved_env
+    save_dh = []
+    with sd, pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
         phases = LoadPhases(s, dev)
         step = 1
@@ -247,6 +263,7 @@ def main():
             d2h_flat_t.append(timed(d2h_flat, dev))
             step += 1
             save.append(timed(lambda: s.save(st, step), dev))
+            save_dh.append(timed(lambda: sd.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
             phases.on = True
@@ -271,6 +288,9 @@ def main():
     print(f"bench: gpu_pinned_d2h_per_tensor {nbytes / med(d2h_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_d2h_one_copy {nbytes / med(d2h_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_save_durable_vs_pinned_d2h {d2h_best / med(save):.3f}")
+    print(f"bench: gpu_save_durable_device_hash {nbytes / med(save_dh) / 1e9:.2f} GB/s")
+    print(f"ratio: gpu_save_durable_device_hash_vs_pinned_d2h {d2h_best / med(save_dh):.3f}")
+    print(f"ratio: gpu_save_device_hash_vs_host_hash {med(save) / med(save_dh):.3f}")
     print(f"bench: gpu_load_into {nbytes / med(load) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_per_tensor {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
@@ -297,7 +317,17 @@ def main():
              ("8", "train_tput_queue_snapshot_every_step_vs_none"):
                  "gpu_train_queue_snapshot_every_step_vs_none_b8",
              ("8", "train_tput_queue_snapshot_every10_vs_none"):
-                 "gpu_train_queue_snapshot_every10_vs_none_b8"}
+                 "gpu_train_queue_snapshot_every10_vs_none_b8",
+             ("8", "train_tput_device_hash_every_step_vs_none"):
+                 "gpu_train_device_hash_every_step_vs_none_b8",
+             ("8", "train_tput_device_hash_every10_vs_none"):
+                 "gpu_train_device_hash_every10_vs_none_b8",
+             ("8", "train_tput_device_hash_every_step_vs_host_hash"):
+                 "gpu_train_device_hash_every_step_vs_host_hash_b8",
+             ("8", "train_tput_queue_snapshot_device_hash_every_step_vs_none"):
+                 "gpu_train_queue_snapshot_device_hash_every_step_vs_none_b8",
+             ("32", "train_tput_device_hash_every_step_vs_none"):
+                 "gpu_train_device_hash_every_step_vs_none_b32"}
     for batch, configs in (("32", a.b32), ("8", a.b8)):
         if not configs:
             continue

@@ -33,6 +33,9 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmq_every{1,10}, pmqsnap_every{1,10}  pm and pmsnap with Store(on_busy="queue"):
                   a save behind one in flight returns at once and begins in
                   the store's thread when that one has committed
+  pmdh_every{1,10}, pmqsnapdh_every1  CUDA: pm and pmqsnap with device hashing
+                  (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
+                  only flush what lands)
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
@@ -264,9 +267,13 @@ class NoCkpt:
 
 
 class PmCkpt:
-    def __init__(self, a, job, every, name, shared=None, group=None, **store_kw):
+    def __init__(self, a, job, every, name, shared=None, group=None, env=None, **store_kw):
+        """env: variables set for this run (read by the library when the store
+        makes its pipeline, at the first save), restored at close()."""
         self.every = every
         self.shared = shared
+        self.env = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
         self.store = pmckpt.Store(name=name, ramdisk=a.pm_dir, shared_dir=shared, keep=2,
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
@@ -314,6 +321,11 @@ class PmCkpt:
         self.hook.remove()
         path = self.store.region_path
         self.store.destroy()
+        for k, v in self.env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for p in (path,):
             try:
                 os.unlink(p)
@@ -397,6 +409,10 @@ def make_ckpt(cfg, a, job, name, group=None):
         return PmCkpt(a, job, every, name, group=group, writer_policy="idle", **kw)
     if kind == "pmsnap":  # GPU: a device snapshot first, then D2H (Store(gpu_source="snapshot"))
         return PmCkpt(a, job, every, name, group=group, gpu_source="snapshot", **kw)
+    if kind in ("pmdh", "pmqsnapdh"):  # CUDA: the GPU hashes the sources (PMCK_GPU_HASH=device)
+        extra = dict(on_busy="queue", gpu_source="snapshot") if kind == "pmqsnapdh" else {}
+        return PmCkpt(a, job, every, name, group=group, env={"PMCK_GPU_HASH": "device"},
+                      **extra, **kw)
     if kind == "pmq":  # a save behind one in flight begins in the store's thread (on_busy="queue")
         return PmCkpt(a, job, every, name, group=group, on_busy="queue", **kw)
     if kind == "pmqsnap":  # both
@@ -606,6 +622,11 @@ def main():
     ratio("train_tput_queue_every10_vs_none", "pmq_every10", "none", R)
     ratio("train_tput_queue_snapshot_every_step_vs_none", "pmqsnap_every1", "none", R)
     ratio("train_tput_queue_snapshot_every10_vs_none", "pmqsnap_every10", "none", R)
+    ratio("train_tput_device_hash_every_step_vs_none", "pmdh_every1", "none", R)
+    ratio("train_tput_device_hash_every10_vs_none", "pmdh_every10", "none", R)
+    ratio("train_tput_device_hash_every_step_vs_host_hash", "pmdh_every1", "pm_every1", R)
+    ratio("train_tput_queue_snapshot_device_hash_every_step_vs_none", "pmqsnapdh_every1",
+          "none", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
