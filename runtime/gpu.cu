@@ -23,7 +23,6 @@ extern "C" {
 #include "gpu.h"
 const uint8_t *pmck__xxh3_secret(void); /* checksum.c: libxxhash's XXH3_kSecret */
 }
-#include "xxh3_long.h"
 
 #define HASH_STREAMS 4 /* puts hashed side by side: a put's kernel goes to event % 4 */
 

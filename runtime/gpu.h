@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "pmckpt.h"
+#include "xxh3_long.h"
 
 struct pmck_gpu;
 struct pmck_gpu_stream;
@@ -146,7 +147,7 @@ const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
 static inline int
 pmck__gpu_hashable(const void *src, size_t len)
 {
-	return len >= 241 && (uintptr_t)src % 8 == 0; /* 241: PMCK_XXH3_LONG_MIN */
+	return len >= PMCK_XXH3_LONG_MIN && (uintptr_t)src % 8 == 0;
 }
 
 /*

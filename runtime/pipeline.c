@@ -50,7 +50,7 @@ struct pmck_pipeline {
 	struct pmck_pipeline_opts opts;
 	struct pmck_gpu *gpu;
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
-	int gpu_hash;          /* device hashing ($PMCK_GPU_HASH=device; D and G): gpu.h */
+	int gpu_hash;          /* $PMCK_GPU_HASH=device: the GPU hashes (all but C; gpu.h) */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
