@@ -88,20 +88,20 @@ sleep_ms(double ms)
 
 /*
  * Median time of a whole pipelined checkpoint with no compute between
- * layers (begin, put every layer, wait for the commit): what verifying the
- * sources (PMCK_PIPELINE_VERIFY_SOURCES) adds to save time.
+ * layers (begin, put every layer, wait for the commit), over `reps` after
+ * `warmup` untimed: what verifying the sources (PMCK_PIPELINE_VERIFY_SOURCES)
+ * adds to save time, and the GPU strategies' bandwidth.
  */
 static double
-pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers, unsigned threads,
-		unsigned flags, uint64_t *step, unsigned reps)
+pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers,
+		const struct pmck_pipeline_opts *o, uint64_t *step, unsigned warmup, unsigned reps)
 {
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = threads, .flags = flags};
 	double t[64];
 
-	if (pmck_pipeline_new(s, &o, &p))
+	if (pmck_pipeline_new(s, o, &p))
 		die("pipeline");
-	for (unsigned k = 0; k < reps; k++) {
+	for (unsigned k = 0; k < warmup + reps; k++) {
 		double t0 = tool_now();
 		if (pmck_pipeline_begin(p, (*step)++))
 			die("begin");
@@ -110,7 +110,8 @@ pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers, unsigned 
 				die("put_layer");
 		if (pmck_pipeline_wait(p))
 			die("pipeline wait");
-		t[k] = tool_now() - t0;
+		if (k >= warmup)
+			t[k - warmup] = tool_now() - t0;
 	}
 	pmck_pipeline_delete(&p);
 	return tool_median(t, reps);
@@ -192,40 +193,6 @@ checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned r
 			bytes / 1e6, threads);
 	return tput;
 }
-
-#ifdef PMCK_HAVE_CUDA
-/*
- * Whole checkpoints from device memory through strategy src, put layer by
- * layer, each timed from begin to its commit: the median of `steps` after
- * one to warm up, in GB/s.
- */
-static double
-gpu_tput(struct pmck_store *s, enum pmck_source src, unsigned threads, uint32_t nlayers,
-		void **dsrc, uint64_t bytes, unsigned steps)
-{
-	static uint64_t gstep = 100000;
-	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = threads, .numa_node = -1, .source = src};
-	double t[64];
-
-	if (pmck_pipeline_new(s, &o, &p))
-		die("GPU pipeline");
-	for (unsigned rep = 0; rep <= steps; rep++) {
-		double t0 = tool_now();
-		if (pmck_pipeline_begin(p, ++gstep))
-			die("begin");
-		for (uint32_t l = 0; l < nlayers; l++)
-			if (pmck_pipeline_put_layer(p, l, (const void *const *)dsrc))
-				die("put_layer");
-		if (pmck_pipeline_wait(p))
-			die("wait");
-		if (rep) /* rep 0 warms up */
-			t[rep - 1] = tool_now() - t0;
-	}
-	pmck_pipeline_delete(&p);
-	return bytes / tool_median(t, steps) / 1e9;
-}
-#endif
 
 int
 main(int argc, char **argv)
@@ -325,10 +292,11 @@ main(int argc, char **argv)
 		/* Save time with and without re-hashing the sources, alternating, medians. */
 		uint64_t vstep = 500;
 		double plain[9], verified[9];
+		struct pmck_pipeline_opts plain_opts = {.threads = threads},
+				verify_opts = {.threads = threads, .flags = PMCK_PIPELINE_VERIFY_SOURCES};
 		for (unsigned k = 0; k < 9; k++) {
-			plain[k] = pipeline_save_time(s, src, nlayers, threads, 0, &vstep, 1);
-			verified[k] = pipeline_save_time(s, src, nlayers, threads,
-					PMCK_PIPELINE_VERIFY_SOURCES, &vstep, 1);
+			plain[k] = pipeline_save_time(s, src, nlayers, &plain_opts, &vstep, 0, 1);
+			verified[k] = pipeline_save_time(s, src, nlayers, &verify_opts, &vstep, 0, 1);
 		}
 		double save_plain = tool_median(plain, 9), save_verified = tool_median(verified, 9);
 
@@ -537,9 +505,12 @@ main(int argc, char **argv)
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		unsigned gthreads = gpu_threads ? gpu_threads : cpus >= 8 ? 8 : (unsigned)cpus;
 		double host_hash_tput[4];
+		uint64_t gstep = 100000;
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
-			double tput = host_hash_tput[k] = gpu_tput(s, strat[k].src, gthreads, nlayers,
-					dsrc, bytes, steps);
+			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
+					.source = strat[k].src};
+			double tput = host_hash_tput[k] = bytes / pipeline_save_time(s, dsrc, nlayers,
+					&o, &gstep, 1, steps) / 1e9;
 			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
 			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
 			if (region_tput > 0)
@@ -561,7 +532,10 @@ main(int argc, char **argv)
 			    strat[k].src != PMCK_SOURCE_GPU_SNAPSHOT)
 				continue;
 			setenv("PMCK_GPU_HASH", "device", 1);
-			double tput = gpu_tput(s, strat[k].src, gthreads, nlayers, dsrc, bytes, steps);
+			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
+					.source = strat[k].src};
+			double tput = bytes / pipeline_save_time(s, dsrc, nlayers, &o, &gstep, 1,
+					steps) / 1e9;
 			unsetenv("PMCK_GPU_HASH");
 			printf("bench: %s_device_hash_tput %.2f GB/s\n", strat[k].name, tput);
 			printf("ratio: %s_device_hash_vs_host_hash %.4f\n", strat[k].name,
