@@ -5,8 +5,10 @@ on the GPU with save_async and the optimizer hook; the stream contract
 (docs/gpu.md): save_async does not synchronise the device, tensors written
 on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
-tensors.  Skipped, with the reason, where torch sees no GPU or this
+tensors; device hashing (PMCK_GPU_HASH=device) through the same tests.  Skipped, with the reason, where torch sees no GPU or this
 libpmckpt cannot use one."""
+import os
+
 import torch
 
 import pmckpt
@@ -24,6 +26,7 @@ if not pmckpt.gpu_available(0):
     raise SystemExit(0)
 D = T.tmpdir("pmck-py-gpu-")
 dev = torch.device("cuda", 0)
+SUFFIX = ""  # of the stores' names: "-dh" under device_hashing, so that each test has its own
 T.diag(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {pmckpt.library_path}")
 
 
@@ -51,7 +54,7 @@ SOURCES = {"direct": _lib.SOURCE_GPU_DIRECT, "kernel": _lib.SOURCE_GPU_KERNEL,
 def test_strategy(src):
     st = gpu_state()
     want = clone(st)
-    with pmckpt.Store(name=f"gpu-{src}", ramdisk=D, gpu_source=src) as s:
+    with pmckpt.Store(name=f"gpu-{src}{SUFFIX}", ramdisk=D, gpu_source=src) as s:
         s.save(st, 1)
         if s._pipe_source[0] != SOURCES[src]:
             return f"pipeline source {s._pipe_source}, not the GPU strategy {src}"
@@ -130,7 +133,7 @@ def test_side_stream(src):
     """Written by kernels on a side stream held back 0.3 s, saved at once from it."""
     st = {f"t{i}": torch.zeros(1 << 20, device=dev) for i in range(4)}
     side = torch.cuda.Stream(dev)
-    with pmckpt.Store(name=f"gpu-side-{src}", ramdisk=D, gpu_source=src) as s:
+    with pmckpt.Store(name=f"gpu-side-{src}{SUFFIX}", ramdisk=D, gpu_source=src) as s:
         s.save(st, 1)  # the first save makes the pipeline (cudaHostRegister may synchronise)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
@@ -178,7 +181,7 @@ def test_train_every_step(on_busy="wait", src="direct"):
     opt.step()  # the optimizer's state exists from the first checkpoint on (one layout)
     snaps = {}
     queued = 0
-    with pmckpt.Store(name=f"gpu-every-{on_busy}-{src}", ramdisk=D, on_busy=on_busy,
+    with pmckpt.Store(name=f"gpu-every-{on_busy}-{src}{SUFFIX}", ramdisk=D, on_busy=on_busy,
                       gpu_source=src) as s:
         pmckpt.hook_optimizer(opt, s)
         for step in range(1, 13):
@@ -249,9 +252,31 @@ def test_partner_nccl():
         return f"recovery of node 1 from its partner failed:\n{text}"
 
 
+def device_hashing(fn, *args):
+    """fn(*args) with PMCK_GPU_HASH=device: the pipelines its stores make (at
+    their first save) have the GPU hash the sources (docs/gpu.md)."""
+    global SUFFIX
+    before = os.environ.get("PMCK_GPU_HASH")
+    os.environ["PMCK_GPU_HASH"] = "device"
+    SUFFIX = "-dh"
+    try:
+        return fn(*args)
+    finally:
+        SUFFIX = ""
+        if before is None:
+            del os.environ["PMCK_GPU_HASH"]
+        else:
+            os.environ["PMCK_GPU_HASH"] = before
+
+
 for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
+for src in ("direct", "kernel", "snapshot"):
+    T.run(f"device hashing, {src}: a CUDA state_dict saved, loaded on the GPU and on the CPU",
+          device_hashing, test_strategy, src)
+    T.run(f"device hashing, {src}: tensors written on a side stream, saved at once: the new "
+          "values", device_hashing, test_side_stream, src)
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("training on the GPU with save_async + hook_optimizer: each checkpoint equals its state",
       test_train_async)
@@ -265,6 +290,8 @@ T.run("every step with hook_optimizer (stream-ordered waits): the newest checkpo
 for src in ("direct", "snapshot"):
     T.run(f"on_busy='queue', {src}: every step with hook_optimizer, saves begun by the "
           "store's thread: the newest checkpoints bit-exact", test_train_every_step, "queue", src)
+T.run("device hashing: every step with hook_optimizer (the waits order after the hash "
+      "kernel too): the newest checkpoints bit-exact", device_hashing, test_train_every_step)
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)
