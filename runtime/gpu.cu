@@ -624,9 +624,9 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
 		return pmck__err(-EINVAL, "GPU path: %zu chunks to hash at event %u (%zu of %zu "
 				"used): a tensor put twice in one checkpoint?", n, event, first, g->nhash);
 	for (size_t i = 0; i < n; i++) {
-		if (slots[i] >= g->nhash || !pmck__gpu_hashable(srcs[i], lens[i]))
-			return pmck__err(-EINVAL, "GPU path: chunk %zu to hash (slot %zu, %zu bytes)",
-					i, slots[i], lens[i]);
+		if (slots[i] >= g->nhash)
+			return pmck__err(-EINVAL, "GPU path: chunk %zu to hash in slot %zu of %zu", i,
+					slots[i], g->nhash);
 		g->hash_list[first + i] = {(const uint64_t *)srcs[i], lens[i],
 				g->hash_results_dev + slots[i]};
 	}

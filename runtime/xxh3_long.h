@@ -74,7 +74,11 @@ pmck_xxh3_read64(const uint8_t *p)
 	return v;
 }
 
-/* What word w of a stripe adds to its own lane's accumulator, against its key. */
+/*
+ * What word w of a stripe adds to its own lane's accumulator, against its
+ * key: the secret at 8 * (s + i) for word i of stripe s (the last stripe's:
+ * at PMCK_XXH3_LAST_KEY + 8 * i).
+ */
 PMCK_XXH3_FN uint64_t
 pmck_xxh3_product_key(uint64_t w, uint64_t key)
 {
@@ -82,27 +86,13 @@ pmck_xxh3_product_key(uint64_t w, uint64_t key)
 	return (uint64_t)(uint32_t)dk * (dk >> 32);
 }
 
-/* The same, with the key at key_off in the secret (word i of stripe s: 8 * (s + i)). */
-PMCK_XXH3_FN uint64_t
-pmck_xxh3_product(uint64_t w, const uint8_t *secret, unsigned key_off)
-{
-	return pmck_xxh3_product_key(w, pmck_xxh3_read64(secret + key_off));
-}
-
-/* The scramble of an accumulator after a whole block, with its lane's key. */
+/* Lane i's accumulator scrambled after a block: key at PMCK_XXH3_SCRAMBLE_KEY + 8 * i. */
 PMCK_XXH3_FN uint64_t
 pmck_xxh3_scramble_key(uint64_t acc, uint64_t key)
 {
 	acc ^= acc >> 47;
 	acc ^= key;
 	return acc * PMCK_XXH3_PRIME32_1;
-}
-
-PMCK_XXH3_FN uint64_t
-pmck_xxh3_scramble(uint64_t acc, const uint8_t *secret, unsigned lane)
-{
-	return pmck_xxh3_scramble_key(acc, pmck_xxh3_read64(secret + PMCK_XXH3_SCRAMBLE_KEY +
-			8 * lane));
 }
 
 /* Whole blocks, and the stripes of the partial block that follow them. */

@@ -30,7 +30,8 @@ lane_sums(const uint64_t *words, unsigned nwords, unsigned key0, const uint8_t *
 
 	for (unsigned t = 0; t < WARP; t++)
 		for (unsigned w = t; w < nwords; w += WARP) {
-			prod[t] += pmck_xxh3_product(words[w], secret, key0 + 8 * (w / 8 + w % 8));
+			prod[t] += pmck_xxh3_product_key(words[w], pmck_xxh3_read64(secret + key0 +
+					8 * (w / 8 + w % 8)));
 			plain[t] += words[w];
 		}
 	for (unsigned i = 0; i < 8; i++)
@@ -54,7 +55,8 @@ warp_hash(const uint8_t *p, uint64_t len, const uint8_t *secret)
 		for (unsigned i = 0; i < 8; i++) {
 			acc[i] += sum[i];
 			if (b < nb)
-				acc[i] = pmck_xxh3_scramble(acc[i], secret, i);
+				acc[i] = pmck_xxh3_scramble_key(acc[i], pmck_xxh3_read64(secret +
+						PMCK_XXH3_SCRAMBLE_KEY + 8 * i));
 		}
 	}
 	/* The last 64 bytes, one more stripe against another key (threads 0..7). */

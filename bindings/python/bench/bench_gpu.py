@@ -56,6 +56,8 @@ import torch
 import pmckpt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_train  # noqa: E402  (the training benchmark, its model and helpers)
 
 
 def state(mb, dev):
@@ -145,8 +147,6 @@ def call_cost(dev, a):
     by dropping the store's memo before the call (a private attribute: this
     benchmark's only use of one); the two alternate, each call's checkpoint
     waited for outside the timing."""
-    sys.path.insert(0, HERE)
-    import bench_train
     torch.manual_seed(0)
     model = bench_train.GPT(1024, 64, 64, 24, 4).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -245,14 +245,10 @@ def main():
     import torch.distributed.checkpoint as dcp
     # The same saves with device hashing (the GPU hashes the sources; the library
     # reads PMCK_GPU_HASH when a store makes its pipeline, at its first save).
-    saved_env = os.environ.get("PMCK_GPU_HASH")
-    os.environ["PMCK_GPU_HASH"] = "device"
+    old_env = bench_train.set_env({"PMCK_GPU_HASH": "device"})
     sd = pmckpt.Store(name="bench-gpu-dh", ramdisk=d, threads=a.threads)
     sd.save(st, 1)
-    if saved_env is None:
-        del os.environ["PMCK_GPU_HASH"]
-    else:
-        os.environ["PMCK_GPU_HASH"] = saved_env
+    bench_train.restore_env(old_env)
     save_dh = []
     with sd, pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline

@@ -266,14 +266,28 @@ class NoCkpt:
         return {}
 
 
+def set_env(values):
+    """Sets environment variables; returns what restore_env needs to undo it."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    return old
+
+
+def restore_env(old):
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 class PmCkpt:
     def __init__(self, a, job, every, name, shared=None, group=None, env=None, **store_kw):
         """env: variables set for this run (read by the library when the store
         makes its pipeline, at the first save), restored at close()."""
         self.every = every
         self.shared = shared
-        self.env = {k: os.environ.get(k) for k in env or {}}
-        os.environ.update(env or {})
+        self.env = set_env(env or {})
         self.store = pmckpt.Store(name=name, ramdisk=a.pm_dir, shared_dir=shared, keep=2,
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
@@ -321,11 +335,7 @@ class PmCkpt:
         self.hook.remove()
         path = self.store.region_path
         self.store.destroy()
-        for k, v in self.env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(self.env)
         for p in (path,):
             try:
                 os.unlink(p)
