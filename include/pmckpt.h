@@ -369,6 +369,22 @@ struct pmck_pipeline_opts {
 	 * last: callers built against the shorter struct must be rebuilt.)
 	 */
 	void *cuda_stream;
+	/*
+	 * GPU sources D (both) and C: device memory, in bytes, for snapshots
+	 * taken on demand by pmck_pipeline_wait_layers_stream; 0: none.  The
+	 * pieces of the layers waited for that no writer has taken yet are
+	 * copied on the GPU (device to device, after their put's ready event)
+	 * into this memory, the writers copy them out from there, and the
+	 * caller's stream waits only for that copy instead of the host waiting
+	 * for the writers to reach them: an optimizer step right after a
+	 * checkpoint no longer waits for the state to cross PCIe.  The pieces
+	 * last in the queue go first; what does not fit is waited for as
+	 * without it.  Reserved by pmck_pipeline_new (cudaMalloc) and reused
+	 * by every checkpoint; -EINVAL with host sources or with G (which
+	 * snapshots every layer at its put, into memory as large as the
+	 * store's data).  (New, last: see cuda_stream.)
+	 */
+	size_t snapshot_on_wait;
 };
 
 /*
@@ -440,7 +456,7 @@ int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void 
 /*
  * GPU sources and streams.  The library copies on CUDA streams of its own,
  * made cudaStreamNonBlocking (one per writer thread, one for strategy G's
- * snapshots): they never wait for unrelated work on the legacy default
+ * snapshots and those on wait): they never wait for unrelated work on the legacy default
  * stream, nor hold it up, and the library never synchronises the device.
  *  - Ready: a source must be complete on `cuda_stream` (the stream given
  *    to put_layer_stream, else opts.cuda_stream, NULL: the legacy default
@@ -451,10 +467,12 @@ int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void 
  *    put (an event, as between any two CUDA streams).
  *  - Changing a source again: after pmck_pipeline_wait_layer (the host
  *    waits until the layer is persisted), or, stream-ordered, after
- *    pmck_pipeline_wait_layer_stream(p, layer, s): work queued on s from
- *    then on runs after the layer's copies have read their sources (G:
- *    after its snapshot), while the host goes on.  Work on other streams
- *    must be ordered after s by the caller.
+ *    pmck_pipeline_wait_layer_stream(p, layer, s) (or _wait_layers_stream):
+ *    work queued on s from then on runs after the layer's copies have read
+ *    their sources (G: after its snapshot; with opts.snapshot_on_wait,
+ *    after the snapshot taken by the wait of what no writer had taken),
+ *    while the host goes on.  Work on other streams must be ordered after
+ *    s by the caller.
  *  - Persistence stays the host's: the commit follows only once every
  *    byte has landed in the region and is flushed and drained.
  */
@@ -512,6 +530,23 @@ int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
 int pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *cuda_stream);
 
 /*
+ * pmck_pipeline_wait_layers_stream -- pmck_pipeline_wait_layer_stream of
+ * layers[0 .. n) in one call (a binding's optimizer hook waits for every
+ * layer of the state it updates: one crossing into the library, not one
+ * per layer).  With opts.snapshot_on_wait, the pieces of these layers
+ * that no writer has taken yet are snapshotted on the GPU first, as much
+ * of them as that memory holds, the pieces last in the queue first; the
+ * host then waits only until the other pieces are enqueued, and
+ * cuda_stream waits on the GPU for their copies and for the snapshot.
+ * Host sources: pmck_pipeline_wait_layer of each.  Errors: -EINVAL (no
+ * list, or a layer unknown: nothing waited for), the checkpoint's error
+ * if it already failed, -EIO from CUDA (the checkpoint then fails).  The
+ * caller's current device is left as it was.
+ */
+int pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		void *cuda_stream);
+
+/*
  * pmck_pipeline_wait -- blocks until the checkpoint in flight has
  * committed (or failed: its error is returned, and the store's previous
  * checkpoint is intact).  0 if nothing is in flight.
@@ -524,6 +559,8 @@ struct pmck_pipeline_stats {
 	uint64_t skipped;       /* begins that returned PMCK_SKIPPED */
 	uint64_t last_step;     /* step of the last commit (valid if committed) */
 	uint64_t wait_ns;       /* time callers spent blocked in begin and wait_layer */
+	/* GPU sources: bytes copied by snapshots on demand (opts.snapshot_on_wait), and pieces */
+	uint64_t snapshot_on_wait_bytes, snapshot_on_wait_pieces;
 };
 void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st);
 

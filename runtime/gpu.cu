@@ -162,7 +162,7 @@ make_events(cudaEvent_t **ev, size_t want, size_t *made)
 }
 
 static int
-open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t ntensors, unsigned nlayers,
+open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned nlayers,
 		size_t njobs)
 {
 	CUDA_TRY(cudaHostRegister(g->host_base, g->size,
@@ -183,8 +183,8 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t ntensors, unsigned
 		return ret;
 	CUDA_TRY(cudaMalloc((void **)&g->snapshot, snapshot_bytes));
 	CUDA_TRY(cudaStreamCreateWithFlags(&g->snap_stream, cudaStreamNonBlocking));
-	/* Each tensor in pieces of PMCK_GPU_SNAP_PIECE: at most one more piece than whole ones. */
-	g->ncopies = snapshot_bytes / PMCK_GPU_SNAP_PIECE + ntensors;
+	/* Each source in pieces of PMCK_GPU_SNAP_PIECE: at most one more piece than whole ones. */
+	g->ncopies = snapshot_bytes / PMCK_GPU_SNAP_PIECE + nsources;
 	CUDA_TRY(cudaHostAlloc((void **)&g->copies_host, g->ncopies * sizeof(struct snap_copy),
 			cudaHostAllocPortable));
 	CUDA_TRY(cudaMalloc((void **)&g->copies_dev, g->ncopies * sizeof(struct snap_copy)));
@@ -199,7 +199,7 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t ntensors, unsigned
 }
 
 extern "C" int
-pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
+pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t nsources,
 		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
 {
 	int ret = pmck_gpu_available(device);
@@ -215,7 +215,7 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t n
 	g->size = pma_region_size(r);
 	*out = g;
 	DEVICE_SCOPE(g);
-	return open_locked(g, snapshot_bytes, ntensors, nlayers, njobs);
+	return open_locked(g, snapshot_bytes, nsources, nlayers, njobs);
 }
 
 extern "C" void
@@ -383,10 +383,8 @@ pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int 
 	cudaStream_t s = caller_stream(stream);
 	if (hash_event >= 0 && (unsigned)hash_event < g->nhashed)
 		CUDA_TRY(cudaStreamWaitEvent(s, g->hashed[hash_event], 0));
-	if (snapshot_event >= 0) {
+	if (snapshot_event >= 0)
 		CUDA_TRY(cudaStreamWaitEvent(s, g->snapped[snapshot_event], 0));
-		return 0;
-	}
 	for (size_t j = first; j < first + n && j < g->ndone; j++)
 		CUDA_TRY(cudaStreamWaitEvent(s, g->done[j], 0));
 	return 0;
@@ -476,7 +474,7 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 		for (size_t off = 0; off < lens[i]; off += PMCK_GPU_SNAP_PIECE) {
 			if (end == g->ncopies)
 				return pmck__err(-EINVAL, "GPU path: snapshot lists full (%zu pieces): "
-						"a tensor put twice in one checkpoint?", g->ncopies);
+						"a source snapshotted twice in one checkpoint?", g->ncopies);
 			size_t len = lens[i] - off < PMCK_GPU_SNAP_PIECE ? lens[i] - off :
 					PMCK_GPU_SNAP_PIECE;
 			g->copies_host[end++] = {(const char *)srcs[i] + off,

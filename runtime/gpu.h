@@ -34,15 +34,15 @@ int pmck__gpu_build_version(void);
  * (cudaHostRegister Mapped|Portable), and makes nlayers ready events and a
  * done event per job (njobs: the most jobs a checkpoint queues).  With
  * snapshot_bytes > 0 also reserves that much device memory, a snapshot
- * stream, nlayers snapshot events and the snapshot's copy lists for
- * ntensors tensors (strategy G).  The calling thread's current device is
- * left as it was.
+ * stream, nlayers snapshot events and copy lists for snapshots of at most
+ * nsources sources in all per checkpoint (G: the tensors; snapshots on
+ * wait: the jobs).  The calling thread's current device is left as it was.
  *
  * Events: a put of one or more layers uses one ready (and snapshot) event,
  * the one of its first layer's dense index; the pipeline remembers which
  * event each layer's copies wait for.
  */
-int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
+int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t nsources,
 		unsigned nlayers, size_t njobs, struct pmck_gpu **out);
 /* Unregisters the region and frees everything. */
 void pmck__gpu_close(struct pmck_gpu **g);
@@ -100,8 +100,8 @@ int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
 
 /*
  * Makes `stream` (NULL: the legacy default stream) wait on the GPU for
- * jobs [first, first + n), or, with snapshot_event >= 0, for that snapshot
- * event, and with hash_event >= 0 also for that put's hash kernel (device
+ * jobs [first, first + n), with snapshot_event >= 0 for that snapshot
+ * event, and with hash_event >= 0 for that put's hash kernel (device
  * hashing of the sources): from then on work queued there may change the
  * sources.
  */
@@ -113,7 +113,7 @@ int pmck__gpu_host_alloc(struct pmck_gpu *g, size_t len, void **out);
 void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
 
 /*
- * Strategy G, at the begin of a checkpoint: the snapshot's copy lists are
+ * At the begin of a checkpoint that may snapshot: the snapshot's copy lists are
  * reused from the start, once the last one has reached the device (at
  * once, unless a checkpoint failed before its writers copied from its
  * snapshot; an event never recorded is complete).
@@ -121,12 +121,13 @@ void pmck__gpu_host_free(struct pmck_gpu *g, void *p);
 int pmck__gpu_snapshot_begin(struct pmck_gpu *g);
 
 /*
- * Strategy G: enqueues on the snapshot stream (after the ready events
+ * Strategy G, and snapshots on wait (a wait's untaken jobs, pipeline.c):
+ * enqueues on the snapshot stream (after the ready events
  * waited for so far) the device-to-device copies of n sources, srcs[i] of
  * lens[i] bytes, into the snapshot buffer at offset offs[i]: the list, in
  * pieces of PMCK_GPU_SNAP_PIECE, is copied to the device and one kernel
  * copies every piece; then records snapshot event `event`.  A checkpoint
- * snapshots each tensor once at most (-EINVAL when its lists are full).
+ * snapshots each source once at most (-EINVAL when its lists are full).
  * Called on the caller's thread; its current device is restored.
  */
 int pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t *offs,

@@ -43,6 +43,8 @@ struct job {
 	const void *src; /* bytes [off, off+len) of the tensor start here */
 	int verify;      /* compare the source with what was copied, do not copy */
 	uint32_t seq;    /* the checkpoint's n-th copy job (GPU: its done event) */
+	/* GPU: copies from the snapshot after snapshot event `snapped`; -1: from src after ready */
+	int32_t snapped;
 };
 
 struct pmck_pipeline {
@@ -65,7 +67,10 @@ struct pmck_pipeline {
 	uint32_t *tensor_layer;  /* tensor -> dense layer index */
 	/* Layer ix's tensors, in tensor order: layer_tensor[layer_tstart[ix] .. layer_tstart[ix + 1]] */
 	uint32_t *layer_tstart, *layer_tensor;
-	/* Strategy G: one put's snapshot copies, batched (room for every tensor) */
+	/*
+	 * Strategy G: one put's snapshot copies, batched (room for every tensor).
+	 * Snapshots on wait (opts.snapshot_on_wait): one wait's, room for every job.
+	 */
 	uint64_t *snap_off;
 	const void **snap_src;
 	size_t *snap_len;
@@ -90,6 +95,15 @@ struct pmck_pipeline {
 	/* GPU sources: layer's jobs are seq layer_first .. + layer_njobs; layer_started enqueued */
 	uint32_t *layer_first, *layer_njobs, *layer_started;
 	uint32_t *layer_event;   /* GPU sources: the ready/snapshot event of the layer's put */
+	/*
+	 * Snapshots on wait: the layer's first layer_direct jobs read the source;
+	 * the others (a suffix) were snapshotted by a wait.  snapshot_used bytes
+	 * of the memory are taken in this checkpoint; last_snapped: the snapshot
+	 * event recorded last (-1: none yet), which a caller's stream waits for.
+	 */
+	uint32_t *layer_direct;
+	size_t snapshot_used;
+	int last_snapped;
 	uint32_t nseq;           /* copy jobs queued in this checkpoint */
 	uint32_t layers_put;
 	uint64_t outstanding;
@@ -153,13 +167,23 @@ verify_piece(struct pmck_pipeline *p, const struct job *j)
 	return 0;
 }
 
-/* A GPU job's copies are enqueued (or never will be): stream-ordered waiters may order after it. */
+/*
+ * A GPU job that reads its source has its copies enqueued (or never will):
+ * stream-ordered waiters may order after it.  (A job reading a snapshot is
+ * waited for through the snapshot's event.)  Lock held.
+ */
+static void
+job_started_locked(struct pmck_pipeline *p, const struct job *j)
+{
+	if (j->snapped < 0 && ++p->layer_started[j->layer] == p->layer_direct[j->layer])
+		pthread_cond_broadcast(&p->done);
+}
+
 static void
 job_started(struct pmck_pipeline *p, const struct job *j)
 {
 	pthread_mutex_lock(&p->lock);
-	if (++p->layer_started[j->layer] == p->layer_njobs[j->layer])
-		pthread_cond_broadcast(&p->done);
+	job_started_locked(p, j);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -204,9 +228,9 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 		p->opts.source == PMCK_SOURCE_GPU_KERNEL ? PMCK_GPU_KERNEL : PMCK_GPU_DMA;
 	char *dst = staged ? p->staging[self] : (char *)pmck_ckpt_tensor_ptr(c, j->tensor) + j->off;
 	unsigned nsub = 0;
-	int ret = pmck__gpu_copy_start(ws, p->layer_event[j->layer],
-			p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT,
-			how, dst, j->src, j->len, p->gpu_sub, j->seq, &nsub);
+	int ret = pmck__gpu_copy_start(ws, j->snapped >= 0 ? (unsigned)j->snapped :
+			p->layer_event[j->layer], j->snapped >= 0, how, dst, j->src, j->len,
+			p->gpu_sub, j->seq, &nsub);
 
 	job_started(p, j);
 	for (unsigned i = 0; i < nsub && !ret; i++) {
@@ -289,9 +313,8 @@ writer(void *arg)
 		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws);
 
 		pthread_mutex_lock(&p->lock);
-		if (is_gpu(p) && (bind_err || skip) &&
-		    ++p->layer_started[j.layer] == p->layer_njobs[j.layer])
-			pthread_cond_broadcast(&p->done); /* nothing enqueued: nothing to order after */
+		if (is_gpu(p) && (bind_err || skip))
+			job_started_locked(p, &j); /* nothing enqueued: nothing to order after */
 		if (ret && !p->error) {
 			p->error = ret;
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
@@ -432,9 +455,10 @@ index_layers(struct pmck_pipeline *p)
 	p->layer_njobs = calloc(p->nlayers, sizeof(*p->layer_njobs));
 	p->layer_started = calloc(p->nlayers, sizeof(*p->layer_started));
 	p->layer_event = calloc(p->nlayers, sizeof(*p->layer_event));
+	p->layer_direct = calloc(p->nlayers, sizeof(*p->layer_direct));
 	p->put_ix = calloc(p->nlayers ? p->nlayers : 1, sizeof(*p->put_ix));
 	if (!p->queue || !p->layer_put || !p->layer_pending || !p->layer_first || !p->layer_njobs ||
-	    !p->layer_started || !p->layer_event || !p->put_ix)
+	    !p->layer_started || !p->layer_event || !p->layer_direct || !p->put_ix)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -502,16 +526,17 @@ open_gpu_hash(struct pmck_pipeline *p)
 static int
 open_gpu(struct pmck_pipeline *p)
 {
-	size_t snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT ?
-			pmck_store_data_size(p->store) : 0;
+	int whole = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
+	size_t snapshot = whole ? pmck_store_data_size(p->store) : p->opts.snapshot_on_wait;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (!ret)
 		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
 	if (ret)
 		return ret;
-	size_t ntensors = pmck_store_ntensors(p->store);
-	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot, ntensors,
-			p->nlayers, p->qcap, &p->gpu);
+	/* G snapshots whole tensors, a wait whole jobs: the most of either at once. */
+	size_t most = whole ? pmck_store_ntensors(p->store) : p->qcap;
+	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
+			most, p->nlayers, p->qcap, &p->gpu);
 	if (!ret && p->gpu_hash)
 		ret = open_gpu_hash(p);
 
@@ -519,7 +544,7 @@ open_gpu(struct pmck_pipeline *p)
 		ret = pmck__gpu_host_alloc(p->gpu, PIECE, &p->staging[t]);
 	if (ret || !snapshot)
 		return ret;
-	size_t most = ntensors ? ntensors : 1; /* a put of every layer at once */
+	most = most ? most : 1;
 	p->snap_off = malloc(most * sizeof(*p->snap_off));
 	p->snap_src = malloc(most * sizeof(*p->snap_src));
 	p->snap_len = malloc(most * sizeof(*p->snap_len));
@@ -548,6 +573,12 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		return pma__err(-EINVAL, "unknown busy policy or source");
 	if (o.flags & ~PMCK_PIPELINE_VERIFY_SOURCES)
 		return pma__err(-EINVAL, "unknown pipeline flags %#x", o.flags);
+	if (o.snapshot_on_wait && (o.source == PMCK_SOURCE_HOST ||
+			o.source == PMCK_SOURCE_GPU_SNAPSHOT))
+		return pma__err(-EINVAL, "snapshot_on_wait is for GPU sources read in place "
+				"(direct, kernel, staged): %s", o.source == PMCK_SOURCE_HOST ?
+				"host sources are not on a GPU" :
+				"the snapshot strategy already snapshots every layer");
 	if (o.global && o.on_busy == PMCK_BUSY_SKIP)
 		return pma__err(-EINVAL, "a global pipeline cannot skip busy checkpoints: ranks would "
 				"skip different steps and never agree (use PMCK_BUSY_WAIT)");
@@ -621,7 +652,8 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	/* The previous step must be global before its older slot is overwritten. */
 	if (p->opts.global && (ret = pmck__global_complete(p->opts.global)))
 		goto out;
-	if (p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT && (ret = pmck__gpu_snapshot_begin(p->gpu)))
+	if ((p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT || p->opts.snapshot_on_wait) &&
+	    (ret = pmck__gpu_snapshot_begin(p->gpu)))
 		goto out;
 	if (p->gpu_hash && (ret = pmck__gpu_hash_begin(p->gpu)))
 		goto out;
@@ -630,7 +662,10 @@ pmck_pipeline_begin(struct pmck_pipeline *p, uint64_t step)
 	memset(p->layer_put, 0, p->nlayers);
 	memset(p->layer_njobs, 0, p->nlayers * sizeof(*p->layer_njobs));
 	memset(p->layer_started, 0, p->nlayers * sizeof(*p->layer_started));
+	memset(p->layer_direct, 0, p->nlayers * sizeof(*p->layer_direct));
 	p->nseq = 0;
+	p->snapshot_used = 0; /* every job of the last checkpoint is done: no copy reads it */
+	p->last_snapped = -1;
 	p->layers_put = 0;
 	p->nvjobs = 0;
 	p->outstanding = 0;
@@ -769,7 +804,7 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 			do {
 				uint64_t len = ti.nbytes - off < PIECE ? ti.nbytes - off : PIECE;
 				push_locked(p, (struct job){(uint32_t)i, ix, off, len, base + off, 0,
-						p->nseq++});
+						p->nseq++, snapshot ? (int32_t)event : -1});
 				p->layer_njobs[ix]++;
 				off += len;
 			} while (off < ti.nbytes);
@@ -783,6 +818,7 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 				p->hash_slot[nhash++] = p->store->chunk_first[i] + off / PMCK_HASH_CHUNK;
 			}
 		}
+		p->layer_direct[ix] = p->layer_njobs[ix];
 		p->layer_put[ix] = 1;
 		p->layers_put++;
 	}
@@ -823,34 +859,175 @@ pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer)
 	return ret;
 }
 
-int
-pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *cuda_stream)
-{
-	int ix = layer_index(p, layer);
-	int ret;
+/* A stretch of one layer's jobs that no writer has taken yet, by seq. */
+struct untaken {
+	uint32_t ix, first, end;
+};
 
-	if (!is_gpu(p))
-		return pmck_pipeline_wait_layer(p, layer);
-	if (ix < 0)
-		return pma__err(-EINVAL, "wait_layer(%u): no tensor has this layer", layer);
+static int
+cmp_untaken_last_first(const void *a, const void *b)
+{
+	uint32_t x = ((const struct untaken *)a)->first, y = ((const struct untaken *)b)->first;
+	return x > y ? -1 : x < y;
+}
+
+/*
+ * Snapshot on wait (opts.snapshot_on_wait): the untaken jobs that read the
+ * sources of the layers ix[0 .. n) are copied on the GPU into the snapshot
+ * memory, the jobs last in the queue first, as many as fit, and retargeted
+ * to read the copy after its event.  Each layer's snapshotted jobs stay a
+ * suffix of its jobs (layer_direct).  Lock held; writers take jobs under it,
+ * so none takes a job between its retargeting and the snapshot's enqueue.
+ */
+static int
+snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
+{
+	if (!p->active || p->error || p->qlen == 0)
+		return p->error;
+	struct untaken *u = malloc((n ? n : 1) * sizeof(*u));
+	if (!u)
+		return pma__err(-ENOMEM, "out of memory");
+	/* A GPU pipeline queues copy jobs only, in seq order: the head's seq is the first untaken. */
+	uint32_t head = p->queue[p->qhead].seq;
+	size_t nu = 0;
+	for (size_t k = 0; k < n; k++) {
+		uint32_t l = ix[k], end = p->layer_first[l] + p->layer_direct[l];
+		uint32_t first = p->layer_first[l] > head ? p->layer_first[l] : head;
+		if (p->layer_put[l] == 1 && first < end)
+			u[nu++] = (struct untaken){l, first, end};
+	}
+	qsort(u, nu, sizeof(*u), cmp_untaken_last_first);
+
+	const char *base = pmck__gpu_snapshot_base(p->gpu);
+	size_t nsnap = 0, bytes = 0;
+	int full = 0;
+	for (size_t k = 0; k < nu && !full; k++) {
+		for (uint32_t seq = u[k].end; seq-- > u[k].first;) {
+			struct job *j = &p->queue[(p->qhead + (seq - head)) % p->qcap];
+			/*
+			 * The copy keeps the source's address modulo 256: the same
+			 * alignment for the snapshot kernel, the DMA, and device
+			 * hashing's choice of chunks (made on the source's address
+			 * at the put, and again by the writer on what it reads).
+			 */
+			size_t off = ((p->snapshot_used + 255) & ~(size_t)255) +
+					((uintptr_t)j->src & 255);
+			if (off + j->len > p->opts.snapshot_on_wait) {
+				full = 1;
+				break;
+			}
+			p->snap_off[nsnap] = off;
+			p->snap_src[nsnap] = j->src;
+			p->snap_len[nsnap++] = j->len;
+			j->src = base + off;
+			/*
+			 * The event of the put of the first layer snapshotted: recorded
+			 * as ready, and the snapshot stream waits for every put's
+			 * ready event.  Recorded again by a later wait, it stands for
+			 * that later snapshot, which the one stream runs after this one.
+			 */
+			j->snapped = (int32_t)p->layer_event[u[0].ix];
+			p->snapshot_used = off + j->len;
+			p->layer_direct[u[k].ix] = seq - p->layer_first[u[k].ix];
+			bytes += j->len;
+		}
+	}
+	int ret = 0;
+	if (nsnap) {
+		pthread_cond_broadcast(&p->done); /* fewer jobs to wait for: other waiters look again */
+		unsigned event = p->layer_event[u[0].ix];
+		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
+		if (ret)
+			p->error = ret; /* the retargeted jobs are skipped: the checkpoint fails */
+		else
+			p->last_snapped = (int)event;
+		p->stats.snapshot_on_wait_bytes += bytes;
+		p->stats.snapshot_on_wait_pieces += nsnap;
+	}
+	free(u);
+	return ret;
+}
+
+/* What a caller's stream waits for, per layer: taken under the lock, waited for outside it. */
+struct layer_wait {
+	size_t first, n;
+	int hash_event;
+};
+
+int
+pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
+		void *cuda_stream)
+{
+	int ret = 0;
+
+	if (n && !layers)
+		return pma__err(-EINVAL, "wait_layers: %zu layers and no list", n);
+	uint32_t *ix = malloc((n ? n : 1) * sizeof(*ix));
+	struct layer_wait *w = malloc((n ? n : 1) * sizeof(*w));
+	if (!ix || !w) {
+		free(ix);
+		free(w);
+		return pma__err(-ENOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < n && !ret; k++) {
+		int l = layer_index(p, layers[k]);
+		if (l < 0)
+			ret = pma__err(-EINVAL, "wait_layer(%u): no tensor has this layer", layers[k]);
+		ix[k] = (uint32_t)l;
+	}
+	if (ret || !is_gpu(p)) {
+		for (size_t k = 0; k < n && !ret; k++)
+			ret = pmck_pipeline_wait_layer(p, layers[k]);
+		goto out;
+	}
 	pthread_mutex_lock(&p->lock);
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
-	/* The host waits only until the copies are enqueued (their done events recorded). */
-	if (!snapshot)
-		WAIT_WHILE(p, p->layer_started[ix] < p->layer_njobs[ix]);
-	int busy = p->layer_pending[ix] > 0;
-	size_t first = p->layer_first[ix], n = p->layer_njobs[ix];
-	int event = (int)p->layer_event[ix];
+	if (p->opts.snapshot_on_wait)
+		snapshot_untaken_locked(p, ix, n); /* a failure is the checkpoint's: below */
+	size_t nw = 0;
+	int last_hash = -1, snapped = -1;
+	uint32_t latest = 0; /* G: the layer put last */
+	for (size_t k = 0; k < n; k++) {
+		uint32_t l = ix[k];
+		/* The host waits only until the copies reading the sources are enqueued. */
+		if (!snapshot)
+			WAIT_WHILE(p, p->layer_started[l] < p->layer_direct[l] && !p->error);
+		if (p->layer_pending[l] == 0)
+			continue; /* persisted already */
+		/* D with device hashing: the hash kernel reads the sources too (G: the snapshot). */
+		int hash = p->gpu_hash && !snapshot ? (int)p->layer_event[l] : -1;
+		w[nw++] = (struct layer_wait){p->layer_first[l], snapshot ? 0 : p->layer_direct[l],
+				hash == last_hash ? -1 : hash};
+		last_hash = hash >= 0 ? hash : last_hash;
+		/*
+		 * One snapshot event covers every one recorded before it: the
+		 * snapshot stream runs in order.  G: that of the put of the layer
+		 * put last; on wait: the last snapshot, if one of these is in it.
+		 */
+		if (snapshot && (nw == 1 || p->layer_first[l] > p->layer_first[latest]))
+			latest = l;
+		if (!snapshot && p->layer_direct[l] < p->layer_njobs[l])
+			snapped = p->last_snapped;
+	}
+	if (snapshot && nw)
+		snapped = (int)p->layer_event[latest];
 	ret = p->error;
 	if (ret)
 		pma__err(ret, "checkpoint failed: %s", p->errmsg);
 	pthread_mutex_unlock(&p->lock);
-	/* D with device hashing: the hash kernel reads the sources too (G: it reads the snapshot). */
-	int hash_event = p->gpu_hash && !snapshot ? event : -1;
-	if (!ret && busy)
-		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapshot ? event : -1, hash_event,
-				first, n);
+	for (size_t k = 0; k < nw && !ret; k++)
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, k == 0 ? snapped : -1,
+				w[k].hash_event, w[k].first, w[k].n);
+out:
+	free(ix);
+	free(w);
 	return ret;
+}
+
+int
+pmck_pipeline_wait_layer_stream(struct pmck_pipeline *p, uint32_t layer, void *cuda_stream)
+{
+	return pmck_pipeline_wait_layers_stream(p, &layer, 1, cuda_stream);
 }
 
 int
@@ -917,6 +1094,7 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_pending);
 	free(p->layer_first);
 	free(p->layer_event);
+	free(p->layer_direct);
 	free(p->layer_njobs);
 	free(p->layer_started);
 	free(p->layer_id);

@@ -7,8 +7,11 @@
  *
  * The stand-in: "device" pointers are host pointers; a stream's copies are
  * queued and run in order when the host waits for one of them (a stream
- * would have finished the earlier ones by then); a snapshot is copied at
- * once; a caller's stream-ordered wait runs every queued copy.  It checks
+ * would have finished the earlier ones by then); a snapshot is queued too,
+ * and taken (every one queued so far, as the one snapshot stream would)
+ * when a caller's stream-ordered wait names a snapshot event, or before a
+ * copy or a hash reads the snapshot; a caller's stream-ordered wait runs
+ * every queued copy.  It checks
  * the contract the real one relies on, counting breaches: a copy started
  * before its ready (or snapshot) event was recorded, a stream's sub-copy
  * events reused while its copies are in flight, a copy landing outside the
@@ -64,6 +67,12 @@ struct pmck_gpu_stream {
 	unsigned head, n;
 };
 
+struct snap_chunk {
+	char *dst;
+	const char *src;
+	size_t len;
+};
+
 struct hash_chunk {
 	const void *src;
 	size_t len, slot;
@@ -78,6 +87,8 @@ struct pmck_gpu {
 	unsigned *ready, *snapped; /* times each event was recorded */
 	char *snapshot;
 	size_t snapshot_bytes, njobs;
+	struct snap_chunk *snaps; /* queued snapshot copies: [snaps_done, nsnaps) not yet run */
+	size_t nsnaps, snaps_cap, snaps_done;
 	struct pmck_gpu_stream *streams[MAX_STREAMS];
 	/* Device hashing: chunks queued [hash_done, hash_used) run in order when waited for */
 	struct hash_chunk *hash_list;
@@ -91,6 +102,10 @@ static atomic_ulong gpu_hashed; /* chunks the stand-in hashed "on the GPU" */
 static int hold_hashes;
 static struct pmck_gpu *open_gpu; /* the last one opened, while it is open */
 static pthread_cond_t hashes_ran = PTHREAD_COND_INITIALIZER;
+/* While set (under the gpu's lock), writers' copy_waits hold: their streams "stall". */
+static int hold_copies;
+static unsigned copies_held; /* copy_waits holding now */
+static pthread_cond_t copies_go = PTHREAD_COND_INITIALIZER;
 
 int pmck__gpu_build_version(void) { return 0; }
 
@@ -135,6 +150,7 @@ pmck__gpu_close(struct pmck_gpu **gp)
 	free(g->ready);
 	free(g->snapped);
 	free(g->snapshot);
+	free(g->snaps);
 	free(g->hash_list);
 	free(g->hash_results);
 	free(g->hash_gen);
@@ -192,12 +208,30 @@ pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 	return 0;
 }
 
+/* Takes every snapshot queued so far (g->lock held). */
+static void
+run_snapshots_locked(struct pmck_gpu *g)
+{
+	for (; g->snaps_done < g->nsnaps; g->snaps_done++) {
+		const struct snap_chunk *c = &g->snaps[g->snaps_done];
+		memcpy(c->dst, c->src, c->len);
+	}
+}
+
+static int
+in_snapshot(const struct pmck_gpu *g, const char *p)
+{
+	return g->snapshot && p >= g->snapshot && p < g->snapshot + g->snapshot_bytes;
+}
+
 /* Runs the oldest queued copy of ws (g->lock held). */
 static void
 run_one_locked(struct pmck_gpu_stream *ws)
 {
 	struct copy *c = &ws->fifo[ws->head];
 
+	if (in_snapshot(ws->g, c->src))
+		run_snapshots_locked(ws->g); /* the copy waited for its snapshot event */
 	memcpy(c->dst, c->src, c->len);
 	ws->head = (ws->head + 1) % FIFO;
 	ws->n--;
@@ -241,6 +275,10 @@ pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i)
 	while (n >= 0 && !atomic_compare_exchange_weak(&fail_wait_in, &n, n - 1))
 		;
 	pthread_mutex_lock(&ws->g->lock);
+	copies_held++;
+	while (hold_copies)
+		pthread_cond_wait(&copies_go, &ws->g->lock);
+	copies_held--;
 	/* Everything queued up to and including sub-copy i (if still queued). */
 	unsigned k = 0;
 	while (k < ws->n && ws->fifo[(ws->head + k) % FIFO].i != i)
@@ -258,6 +296,7 @@ run_hashes_locked(struct pmck_gpu *g, unsigned event)
 {
 	size_t end = g->hash_done;
 
+	run_snapshots_locked(g); /* G hashes its snapshot, after it is taken */
 	for (size_t k = g->hash_done; k < g->hash_used; k++)
 		if (g->hash_list[k].event == event)
 			end = k + 1;
@@ -291,7 +330,9 @@ pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int 
 	if (snapshot_event >= 0 && ((unsigned)snapshot_event >= g->nevents ||
 			!g->snapped[snapshot_event]))
 		breach("a caller waiting for a snapshot never taken");
-	if (snapshot_event < 0 && first + n > g->njobs)
+	if (snapshot_event >= 0)
+		run_snapshots_locked(g);
+	if (first + n > g->njobs)
 		breach("a caller waiting for jobs that do not exist");
 	/* Conservative: every queued copy has read its source once the caller's stream goes on. */
 	for (unsigned k = 0; k < MAX_STREAMS; k++)
@@ -316,7 +357,14 @@ pmck__gpu_host_free(struct pmck_gpu *g, void *p)
 	free(p);
 }
 
-int pmck__gpu_snapshot_begin(struct pmck_gpu *g) { (void)g; return 0; }
+int
+pmck__gpu_snapshot_begin(struct pmck_gpu *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->nsnaps = g->snaps_done = 0; /* a failed checkpoint's snapshots are never taken */
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
 
 const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g) { return g->snapshot; }
 
@@ -334,7 +382,17 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 			breach("a snapshot copy outside the snapshot");
 			continue;
 		}
-		memcpy(g->snapshot + offs[i], srcs[i], lens[i]);
+		if (g->nsnaps == g->snaps_cap) {
+			size_t cap = g->snaps_cap ? 2 * g->snaps_cap : 64;
+			struct snap_chunk *more = realloc(g->snaps, cap * sizeof(*more));
+			if (!more) {
+				pthread_mutex_unlock(&g->lock);
+				return -ENOMEM;
+			}
+			g->snaps = more;
+			g->snaps_cap = cap;
+		}
+		g->snaps[g->nsnaps++] = (struct snap_chunk){g->snapshot + offs[i], srcs[i], lens[i]};
 	}
 	g->snapped[event]++;
 	pthread_mutex_unlock(&g->lock);
@@ -406,6 +464,30 @@ hold_hash_waits(int on)
 	hold_hashes = on;
 	pthread_cond_broadcast(&hashes_ran);
 	pthread_mutex_unlock(&g->lock);
+}
+
+/* Holds writers' copy_waits (on), or lets them go on (off). */
+static void
+hold_copy_waits(int on)
+{
+	struct pmck_gpu *g = open_gpu;
+
+	pthread_mutex_lock(&g->lock);
+	hold_copies = on;
+	pthread_cond_broadcast(&copies_go);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Whether n writers hold in copy_wait. */
+static int
+copies_holding(unsigned n)
+{
+	struct pmck_gpu *g = open_gpu;
+
+	pthread_mutex_lock(&g->lock);
+	int yes = copies_held == n;
+	pthread_mutex_unlock(&g->lock);
+	return yes;
 }
 
 uint64_t
@@ -573,6 +655,186 @@ test_hash_order(const char *path, uint64_t *step)
 	close_store(&r, &pool, &s);
 }
 
+/* Snapshots on wait: what test_snapshot_on_wait's releaser needs. */
+struct releaser {
+	pthread_t thread;
+	struct pmck_pipeline *p;
+};
+
+/* Lets the held writers go on once a wait has taken its snapshot, a little later. */
+static void *
+release_after_snapshot(void *arg)
+{
+	struct releaser *rl = arg;
+	struct pmck_pipeline_stats st;
+
+	do {
+		usleep(1000);
+		pmck_pipeline_stats(rl->p, &st);
+	} while (st.snapshot_on_wait_pieces == 0);
+	usleep(20000);
+	hold_copy_waits(0);
+	return NULL;
+}
+
+/* The bytes of jobs (pieces of PIECE = 8 MiB) of a layer of make_layout, last job first. */
+static const size_t layer_jobs[] = {3, 8192, (1u << 20) + 6, 8u << 20};
+
+/*
+ * Snapshots on wait (opts.snapshot_on_wait), strategy src, one writer.
+ * The writer takes the first piece and its stream stalls (its copy_wait
+ * holds), so every other piece is untaken when the caller waits for the
+ * layers on its stream.  With room for the whole state (budget 0 here:
+ * 64 MiB) those are snapshotted, in two waits (layers 50 and 10, then
+ * all), and the caller overwrites every source at once: the checkpoint
+ * must hold the values put.  With 12 MiB the last pieces in the queue are
+ * snapshotted (layer 20, put last, then layer 40's pieces that fit), the
+ * host waits for the writer to take the rest, and the sources are
+ * overwritten as before.  Tensor 0 is put from an odd address, so device
+ * hashing's split between writer and GPU must survive the move into the
+ * snapshot (a breach otherwise).
+ */
+static void
+test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, int device_hash,
+		size_t budget)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .source = src,
+			.snapshot_on_wait = budget ? budget : 64u << 20};
+	static const uint32_t order[LAYERS] = {30, 0, 50, 10, 40, 20}, two[] = {50, 10},
+			all[] = {0, 10, 20, 30, 40, 50};
+	const void *srcs[N];
+	uint8_t *odd = malloc(nbytes[0] + 1);
+	char name[96];
+	unsigned before = atomic_load(&breaches);
+
+	snprintf(name, sizeof(name), "%s%s, snapshot on wait, %s", source_name(src),
+			device_hash ? ", device hashing" : "", budget ? "12 MiB" : "room for all");
+	setenv("PMCK_GPU_HASH", device_hash ? "device" : "host", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "%s: set up: %s", name, pmck_errormsg());
+		free(odd);
+		return;
+	}
+	fill(++*step);
+	memcpy(odd + 1, dev[0], nbytes[0]);
+	for (size_t i = 0; i < N; i++)
+		srcs[i] = i ? dev[i] : odd + 1;
+	hold_copy_waits(1);
+	int ret = pmck_pipeline_begin(p, *step);
+	if (!ret)
+		ret = pmck_pipeline_put_layers_stream(p, order, LAYERS, srcs, NULL);
+	while (!ret && !copies_holding(1))
+		usleep(1000); /* the writer has taken the first piece; its stream stalls */
+
+	struct pmck_pipeline_stats st;
+	size_t layer_bytes = 0, layer40 = 0, pieces_want = 0, bytes_want = 0;
+	for (unsigned k = 0; k < 4; k++)
+		layer_bytes += layer_jobs[k];
+	if (!budget) {
+		if (!ret)
+			ret = pmck_pipeline_wait_layers_stream(p, two, 2, NULL);
+		pmck_pipeline_stats(p, &st);
+		ok(!ret && st.snapshot_on_wait_pieces == 8 &&
+				st.snapshot_on_wait_bytes == 2 * layer_bytes,
+				"%s: a wait for two layers snapshots their 8 untaken pieces (%llu, %llu "
+				"bytes) %s", name, (unsigned long long)st.snapshot_on_wait_pieces,
+				(unsigned long long)st.snapshot_on_wait_bytes, ret ? pmck_errormsg() : "");
+		pieces_want = 4 * LAYERS - 1; /* all but the piece taken */
+		bytes_want = LAYERS * layer_bytes - (8u << 20);
+	} else {
+		for (unsigned k = 0; k < 3; k++)
+			layer40 += layer_jobs[k];
+		pieces_want = 4 + 3; /* layer 20's, then layer 40's until its 8 MiB piece */
+		bytes_want = layer_bytes + layer40;
+	}
+	struct releaser rl = {.p = p};
+	int threaded = budget && !ret && !pthread_create(&rl.thread, NULL,
+			release_after_snapshot, &rl);
+	if (!ret)
+		ret = pmck_pipeline_wait_layers_stream(p, all, LAYERS, NULL);
+	if (threaded)
+		pthread_join(rl.thread, NULL);
+	pmck_pipeline_stats(p, &st);
+	ok(!ret && st.snapshot_on_wait_pieces == pieces_want &&
+			st.snapshot_on_wait_bytes == bytes_want, "%s: the wait for every layer "
+			"snapshots %zu pieces, %zu bytes, the last queued first (%llu, %llu) %s",
+			name, pieces_want, bytes_want,
+			(unsigned long long)st.snapshot_on_wait_pieces,
+			(unsigned long long)st.snapshot_on_wait_bytes, ret ? pmck_errormsg() : "");
+	memset(odd + 1, 0xee, nbytes[0]);
+	for (size_t i = 0; i < N; i++)
+		memset(dev[i], 0xee, nbytes[i]);
+	hold_copy_waits(0);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	ok(!ret && exact(s, *step), "%s: every source overwritten right after the wait: the "
+			"checkpoint holds the values put %s", name, ret ? pmck_errormsg() : "");
+	fill(++*step);
+	ret = checkpoint(p, *step, 1);
+	ok(!ret && exact(s, *step), "%s: the next checkpoint, no wait, bit-exact", name);
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	free(odd);
+	unsigned n = atomic_load(&breaches) - before;
+	is_int(n, 0, "%s: no breach of the GPU contract%s%s", name, n ? ": " : "", n ? first_breach : "");
+}
+
+/* What snapshot_on_wait and wait_layers_stream refuse. */
+static void
+test_snapshot_on_wait_refused(const char *path)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p = NULL;
+	static const enum pmck_source no[] = {PMCK_SOURCE_HOST, PMCK_SOURCE_GPU_SNAPSHOT};
+
+	setenv("PMCK_GPU_HASH", "host", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s)) {
+		ok(0, "refusals: set up: %s", pmck_errormsg());
+		return;
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		struct pmck_pipeline_opts o = {.threads = 1, .source = no[k],
+				.snapshot_on_wait = 1 << 20};
+		int ret = pmck_pipeline_new(s, &o, &p);
+		ok(ret == -EINVAL && !p && strstr(pmck_errormsg(), "snapshot_on_wait"),
+				"snapshot_on_wait with %s refused: %s", source_name(no[k]),
+				pmck_errormsg());
+	}
+	struct pmck_pipeline_opts o = {.threads = 1, .source = PMCK_SOURCE_GPU_DIRECT,
+			.snapshot_on_wait = 64u << 20};
+	static const uint32_t bad[] = {0, 7};
+	uint64_t step = 1000;
+	fill(step);
+	int ret = pmck_pipeline_new(s, &o, &p);
+	hold_copy_waits(1);
+	if (!ret)
+		ret = pmck_pipeline_begin(p, step);
+	if (!ret)
+		ret = put_all(p, 0);
+	int bad_ret = ret ? ret : pmck_pipeline_wait_layers_stream(p, bad, 2, NULL);
+	struct pmck_pipeline_stats st = {0};
+	if (p)
+		pmck_pipeline_stats(p, &st);
+	ok(bad_ret == -EINVAL && strstr(pmck_errormsg(), "wait_layer(7)") &&
+			st.snapshot_on_wait_pieces == 0, "wait_layers_stream naming an unknown "
+			"layer: -EINVAL, nothing snapshotted: %s", pmck_errormsg());
+	is_int(ret ? ret : pmck_pipeline_wait_layers_stream(p, NULL, 0, NULL), 0,
+			"wait_layers_stream of no layer: 0");
+	hold_copy_waits(0);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	ok(!ret && exact(s, step), "the checkpoint then commits, bit-exact");
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+}
+
 static void
 test_source(const char *path, enum pmck_source src, uint64_t *step, int device_hash)
 {
@@ -660,6 +922,8 @@ main(void)
 	struct pma_pool *pool;
 	struct pmck_store *s;
 
+	/* Some tests hold the writers: a pipeline that waits for a held one hangs; fail instead. */
+	alarm(600);
 	make_layout();
 	unlink(path);
 	if (open_store(path, 128 << 20, 1, "f", descs, N, &r, &pool, &s))
@@ -671,6 +935,12 @@ main(void)
 		     src++)
 			test_source(path, src, &step, device_hash);
 	test_hash_order(path, &step);
+	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_STAGED; src++)
+		for (int device_hash = 0; device_hash <= 1; device_hash++)
+			for (size_t budget = 0; budget <= (12u << 20); budget += 12u << 20)
+				if (!device_hash || src == PMCK_SOURCE_GPU_DIRECT)
+					test_snapshot_on_wait(path, src, &step, device_hash, budget);
+	test_snapshot_on_wait_refused(path);
 
 	/* A mistyped PMCK_GPU_HASH is refused, saying what it takes. */
 	struct pmck_pipeline *p = NULL;

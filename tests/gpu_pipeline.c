@@ -6,7 +6,9 @@
  * ordered after the producer's stream without a synchronisation, not
  * held up by work queued later on the legacy default stream, and a
  * stream-ordered wait_layer after which that stream may overwrite the
- * sources; several layers put in one call from unaligned views.  All of
+ * sources; several layers put in one call from unaligned views; snapshots
+ * on wait (opts.snapshot_on_wait) that free the sources before the
+ * writers reach them.  All of
  * it twice: with the writers hashing what lands, and with the GPU hashing
  * the sources ($PMCK_GPU_HASH=device; the crash trials: half).  Skips
  * without CUDA or without a device; never passes without running.
@@ -200,7 +202,10 @@ begin_put_all(struct pmck_pipeline *p, uint64_t step, cudaStream_t stream)
 	return ret;
 }
 
-/* The store, a pipeline of strategy src (2 writers) and a non-blocking side stream. */
+/*
+ * The store, a pipeline of strategy src (2 writers; 1 with snapshot_on_wait
+ * bytes for snapshots on wait) and a non-blocking side stream.
+ */
 struct rig {
 	struct pma_region *r;
 	struct pma_pool *pool;
@@ -210,9 +215,10 @@ struct rig {
 };
 
 static int
-rig_open(struct rig *g, const char *path, enum pmck_source src)
+rig_open(struct rig *g, const char *path, enum pmck_source src, size_t snapshot_on_wait)
 {
-	struct pmck_pipeline_opts o = {.threads = 2, .numa_node = -1, .source = src};
+	struct pmck_pipeline_opts o = {.threads = snapshot_on_wait ? 1 : 2, .numa_node = -1,
+			.source = src, .snapshot_on_wait = snapshot_on_wait};
 
 	*g = (struct rig){0};
 	if (open_test_store(path, 0, &g->r, &g->pool, &g->s))
@@ -245,7 +251,7 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 	const char *name = name_of(src);
 	int ret;
 
-	if (rig_open(&g, path, src))
+	if (rig_open(&g, path, src, 0))
 		return;
 	struct pmck_store *s = g.s;
 	struct pmck_pipeline *p = g.p;
@@ -300,6 +306,50 @@ test_streams(const char *path, enum pmck_source src, uint64_t step)
 }
 
 /*
+ * Snapshots on wait (D, D by kernel, C): sources written on the side
+ * stream 300 ms late, every layer put, and at once a stream-ordered wait
+ * for all of them on that stream, which then overwrites the sources.  One
+ * writer has taken a piece at most, whose copy waits for the 300 ms, so
+ * the wait snapshots the rest on the GPU and returns without waiting for a
+ * landing; the checkpoint must hold the values put.
+ */
+static void
+test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t step)
+{
+	static const uint32_t all[LAYERS] = {0, 1, 2, 3};
+	char name[96];
+	struct rig g;
+	size_t total = 0;
+
+	for (size_t i = 0; i < N; i++)
+		total += nbytes[i];
+	snprintf(name, sizeof(name), "%s, snapshot on wait", name_of(src));
+	if (rig_open(&g, path, src, total + (64u << 10))) /* and each piece's alignment */
+		return;
+	struct stall late = {.ms = 300};
+	cudaLaunchHostFunc(g.side, stall_fn, &late);
+	for (size_t i = 0; i < N; i++)
+		cudaMemsetAsync(dev[i], 0x5a, nbytes[i], g.side);
+	int ret = begin_put_all(g.p, ++step, g.side);
+	if (!ret)
+		ret = pmck_pipeline_wait_layers_stream(g.p, all, LAYERS, g.side);
+	int early = !atomic_load(&late.done);
+	for (size_t i = 0; i < N && !ret; i++)
+		cudaMemsetAsync(dev[i], 0xee, nbytes[i], g.side);
+	struct pmck_pipeline_stats st;
+	pmck_pipeline_stats(g.p, &st);
+	ok(!ret && early && st.snapshot_on_wait_pieces > 0, "%s: wait_layers_stream of every "
+			"layer returns before the sources are written, having snapshotted %llu "
+			"pieces (%llu bytes) %s", name, (unsigned long long)st.snapshot_on_wait_pieces,
+			(unsigned long long)st.snapshot_on_wait_bytes, ret ? pmck_errormsg() : "");
+	ret = ret ? ret : pmck_pipeline_wait(g.p);
+	is_int(ret, 0, "%s: committed", name);
+	ok(newest_is(g.s, step, 0x5a), "%s: the sources overwritten right after the wait on the "
+			"same stream: the checkpoint has the values put", name);
+	rig_close(&g);
+}
+
+/*
  * pmck_pipeline_put_layers_stream: every layer in one call (one ready event;
  * G: one snapshot kernel), in a shuffled order, from views at odd offsets
  * (4-, 2- and 2-byte aligned: the snapshot kernel's narrower copies), written
@@ -326,7 +376,7 @@ test_put_layers(const char *path, enum pmck_source src, uint64_t step)
 		ok(0, "%s: put_layers: device buffers", name);
 		ret = -1;
 	} else {
-		ret = rig_open(&g, path, src);
+		ret = rig_open(&g, path, src, 0);
 	}
 	if (ret) {
 		for (size_t i = 0; i < N; i++)
@@ -450,6 +500,8 @@ main(void)
 		close_store(&r, &pool, &s);
 		test_streams(path, src, step + 2);
 		test_put_layers(path, src, step + 6);
+		if (src != PMCK_SOURCE_GPU_SNAPSHOT)
+			test_snapshot_on_wait(path, src, step + 7);
 		step += 3;
 	}
 	unlink(path);
