@@ -23,7 +23,9 @@ skips where there is no GPU):
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
          (Store(gpu_source="snapshot"), Store(on_busy="queue")),
-         gpu_train_device_hash_* (pmdh, pmqsnapdh)   from bench_train.py
+         gpu_train_device_hash_* (pmdh, pmqsnapdh),
+         gpu_train_{,queue_}snapshot_on_wait_* (pmsow, pmqsow: Store(
+         gpu_snapshot_on_wait=True))   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
@@ -324,7 +326,13 @@ def main():
              ("8", "train_tput_queue_snapshot_device_hash_every_step_vs_none"):
                  "gpu_train_queue_snapshot_device_hash_every_step_vs_none_b8",
              ("32", "train_tput_device_hash_every_step_vs_none"):
-                 "gpu_train_device_hash_every_step_vs_none_b32"}
+                 "gpu_train_device_hash_every_step_vs_none_b32",
+             ("8", "train_tput_snapshot_on_wait_every_step_vs_none"):
+                 "gpu_train_snapshot_on_wait_every_step_vs_none_b8",
+             ("8", "train_tput_snapshot_on_wait_every10_vs_none"):
+                 "gpu_train_snapshot_on_wait_every10_vs_none_b8",
+             ("8", "train_tput_queue_snapshot_on_wait_every_step_vs_none"):
+                 "gpu_train_queue_snapshot_on_wait_every_step_vs_none_b8"}
     for batch, configs in (("32", a.b32), ("8", a.b8)):
         if not configs:
             continue

@@ -36,6 +36,10 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmdh_every{1,10}, pmqsnapdh_every1  CUDA: pm and pmqsnap with device hashing
                   (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
                   only flush what lands)
+  pmsow_every{1,10}, pmqsow_every1  CUDA: pm (and pmq) with snapshots on wait
+                  (Store(gpu_snapshot_on_wait=True)): the hook snapshots on the
+                  device what the writers have not reached, and the optimizer
+                  waits for that copy only
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
@@ -325,7 +329,8 @@ class PmCkpt:
         s = self.store.stats()
         out = {"wait_s": s.get("pipeline", {}).get("wait_ns", 0) / 1e9, "call_s": self.call,
                "committed": s.get("pipeline", {}).get("committed", 0),
-               "skipped": s.get("pipeline", {}).get("skipped", 0)}
+               "skipped": s.get("pipeline", {}).get("skipped", 0),
+               "snapshot_on_wait_b": s.get("pipeline", {}).get("snapshot_on_wait_bytes", 0)}
         if "copyout" in s:
             out["copied"] = s["copyout"]["copied"]
             out["copy_busy_s"] = s["copyout"]["busy_ns"] / 1e9
@@ -423,6 +428,10 @@ def make_ckpt(cfg, a, job, name, group=None):
         extra = dict(on_busy="queue", gpu_source="snapshot") if kind == "pmqsnapdh" else {}
         return PmCkpt(a, job, every, name, group=group, env={"PMCK_GPU_HASH": "device"},
                       **extra, **kw)
+    if kind in ("pmsow", "pmqsow"):  # CUDA: Store(gpu_snapshot_on_wait=True)
+        extra = dict(on_busy="queue") if kind == "pmqsow" else {}
+        return PmCkpt(a, job, every, name, group=group, gpu_snapshot_on_wait=True, **extra,
+                      **kw)
     if kind == "pmq":  # a save behind one in flight begins in the store's thread (on_busy="queue")
         return PmCkpt(a, job, every, name, group=group, on_busy="queue", **kw)
     if kind == "pmqsnap":  # both
@@ -608,6 +617,8 @@ def main():
                      f"copier busy {med(rs, 'copy_busy_s'):.1f} of {med(rs, 'wall'):.1f} s")
         if rs[0].get("skipped"):
             extra += f"; skipped {med(rs, 'skipped'):.0f}"
+        if rs[0].get("snapshot_on_wait_b"):
+            extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")
 
     def ratio(name, num, den, table):
@@ -637,6 +648,9 @@ def main():
     ratio("train_tput_device_hash_every_step_vs_host_hash", "pmdh_every1", "pm_every1", R)
     ratio("train_tput_queue_snapshot_device_hash_every_step_vs_none", "pmqsnapdh_every1",
           "none", R)
+    ratio("train_tput_snapshot_on_wait_every_step_vs_none", "pmsow_every1", "none", R)
+    ratio("train_tput_snapshot_on_wait_every10_vs_none", "pmsow_every10", "none", R)
+    ratio("train_tput_queue_snapshot_on_wait_every_step_vs_none", "pmqsow_every1", "none", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)

@@ -76,12 +76,13 @@ class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
                 ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
                 ("global_", c_void_p), ("on_commit", c_void_p), ("on_commit_arg", c_void_p),
-                ("flags", c_uint), ("cuda_stream", c_void_p)]
+                ("flags", c_uint), ("cuda_stream", c_void_p), ("snapshot_on_wait", c_size_t)]
 
 
 class PipelineStats(Structure):
     _fields_ = [("committed", c_uint64), ("skipped", c_uint64), ("last_step", c_uint64),
-                ("wait_ns", c_uint64)]
+                ("wait_ns", c_uint64), ("snapshot_on_wait_bytes", c_uint64),
+                ("snapshot_on_wait_pieces", c_uint64)]
 
 
 class LocalOpts(Structure):
@@ -279,6 +280,8 @@ _OPTIONAL = {
     # stream-ordered GPU copies (a library without them: the caller synchronises the device)
     "pmck_pipeline_put_layer_stream": (c_int, [c_void_p, c_uint32, POINTER(c_void_p), c_void_p]),
     "pmck_pipeline_wait_layer_stream": (c_int, [c_void_p, c_uint32, c_void_p]),
+    "pmck_pipeline_wait_layers_stream": (c_int, [c_void_p, POINTER(c_uint32), c_size_t,
+                                                 c_void_p]),
     # every layer of a checkpoint put in one call
     "pmck_pipeline_put_layers_stream": (c_int, [c_void_p, POINTER(c_uint32), c_size_t,
                                                 POINTER(c_void_p), c_void_p]),

@@ -29,6 +29,7 @@ class GpuPathWarning(UserWarning):
 
 _PUT_STREAM = _lib.optional("pmck_pipeline_put_layer_stream")
 _WAIT_STREAM = _lib.optional("pmck_pipeline_wait_layer_stream")
+_WAIT_LAYERS = _lib.optional("pmck_pipeline_wait_layers_stream")
 
 
 def _put_stream(dev):
@@ -182,9 +183,17 @@ class SaveHandle:
         ordered = stream_ordered and self._gpu[0] and _WAIT_STREAM is not None
         if ordered:
             stream = torch.cuda.current_stream(torch.device("cuda", self._gpu[1])).cuda_stream
-        for layer in sorted(layers):
-            rc = _WAIT_STREAM(pipe, layer, stream) if ordered else \
-                lib.pmck_pipeline_wait_layer(pipe, layer)
+        layers = sorted(layers)
+        if ordered and _WAIT_LAYERS is not None:
+            # One call for all (the optimizer's hook: every layer of the state), in
+            # which the pipeline snapshots what its writers have not reached yet
+            # (Store(gpu_snapshot_on_wait=)).
+            rcs = [_WAIT_LAYERS(pipe, (ctypes.c_uint32 * len(layers))(*layers), len(layers),
+                                stream)]
+        else:
+            rcs = (_WAIT_STREAM(pipe, layer, stream) if ordered else
+                   lib.pmck_pipeline_wait_layer(pipe, layer) for layer in layers)
+        for rc in rcs:
             if rc < 0:
                 self._store._finish(self)
                 raise self._error or error_for(rc, f"checkpoint of step {self.step} failed")
@@ -597,12 +606,22 @@ class _Pipeline:
                                  self._copyout.value if self.copyout_every == 1 else None,
                                  self._global.value,
                                  None, None,
-                                 _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0)
+                                 _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0,
+                                 None, self._snapshot_on_wait_bytes(source))
         before = _tasks()
         check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
               "pipeline")
         self._apply_policy(before, self.threads)
         self._pipe_source = want
+
+    def _snapshot_on_wait_bytes(self, source):
+        """Device memory for the pipeline's snapshots on wait: gpu_snapshot_on_wait's
+        bytes (True: the store's data, the whole state), for the GPU sources that
+        read the tensors in place; 0 otherwise."""
+        want = self.gpu_snapshot_on_wait
+        if not want or source in (_lib.SOURCE_HOST, _lib.SOURCE_GPU_SNAPSHOT):
+            return 0
+        return lib.pmck_store_data_size(self._h.store) if want is True else int(want)
 
     def _delete_pipeline(self):
         """Deletes the pipeline, if any (one in flight is aborted: finish it first)."""

@@ -99,6 +99,7 @@ def _recipe(store):
             "shared_dir": store.shared_dir, "keep": store.keep, "rank": store.rank,
             "world_size": store.world_size, "threads": store.threads,
             "meta_capacity": store.meta_capacity, "gpu_source": store.gpu_source,
+            "gpu_snapshot_on_wait": store.gpu_snapshot_on_wait,
             "size": store.size or None, "group": group}
 
 

@@ -108,6 +108,16 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     network NCCL drives (NVLink, InfiniBand with GPUDirect) faster than gloo.
     The same on every rank.
 
+    gpu_snapshot_on_wait: device memory (bytes; True: as much as the whole
+    state) for snapshots taken when the optimizer's hook (or wait_for) waits
+    for a checkpoint of CUDA tensors saved with gpu_source "direct",
+    "kernel" or "staged": the pieces the writers have not reached yet are
+    copied on the GPU, the writers copy them out from there, and the
+    optimizer waits for that copy only, not for the state to cross PCIe.
+    The pieces last in line go first; what does not fit is waited for as
+    without it.  Reserved when the GPU pipeline is made, outside torch's
+    allocator.  Off by default (docs/gpu.md, "Snapshots on wait").
+
     verify_sources: after each layer is written, its tensors are hashed
     again and compared with what was written; a tensor changed meanwhile
     (updated without the hook or wait_for) fails that checkpoint with
@@ -119,7 +129,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                  gpu_source="direct", group=None, size=None, verify_sources=False,
                  copyout_every=1, writer_policy="batch", sharing="private", partner=False,
                  partner_keep=2, partner_dir=None, node=None, partner_every=1,
-                 partner_transport="gloo"):
+                 partner_transport="gloo", gpu_snapshot_on_wait=False):
         if on_busy not in ("wait", "skip", "queue"):
             raise ValueError("on_busy must be 'wait', 'skip' or 'queue'")
         if group is not None and group is not False and on_busy in ("skip", "queue"):
@@ -129,6 +139,13 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                                 "the ranks' agreement, on the training thread"))
         if gpu_source not in _GPU_SOURCES:
             raise ValueError(f"gpu_source must be one of {sorted(_GPU_SOURCES)}")
+        if not (isinstance(gpu_snapshot_on_wait, bool) or (
+                isinstance(gpu_snapshot_on_wait, int) and gpu_snapshot_on_wait >= 0)):
+            raise ValueError("gpu_snapshot_on_wait is True (room for the whole state), False, "
+                             "or a number of bytes of device memory")
+        if gpu_snapshot_on_wait and gpu_source == "snapshot":
+            raise ValueError("gpu_snapshot_on_wait is for the strategies that read the tensors "
+                             "in place: gpu_source='snapshot' already snapshots every layer")
         if path is not None and ramdisk not in (None, False):
             raise ValueError("give either path (PM) or ramdisk, not both")
         if size is not None and (path is None or int(size) <= 0):
@@ -182,6 +199,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
         self.gpu_source = gpu_source
+        self.gpu_snapshot_on_wait = gpu_snapshot_on_wait
         self._gpu_warned = False
         self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
         self.last_recovery = None

@@ -5,8 +5,10 @@ on the GPU with save_async and the optimizer hook; the stream contract
 (docs/gpu.md): save_async does not synchronise the device, tensors written
 on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
-tensors; device hashing (PMCK_GPU_HASH=device) through the same tests.  Skipped, with the reason, where torch sees no GPU or this
-libpmckpt cannot use one."""
+tensors; device hashing (PMCK_GPU_HASH=device) through the same tests;
+snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training.
+Skipped, with the reason, where torch sees no GPU or this libpmckpt cannot
+use one."""
 import os
 
 import torch
@@ -169,11 +171,13 @@ def test_default_stream_busy(src):
         return same(want, s.load())
 
 
-def test_train_every_step(on_busy="wait", src="direct"):
+def test_train_every_step(on_busy="wait", src="direct", snapshot_on_wait=False):
     """12 steps, a checkpoint of each, the optimizer's update waiting stream-ordered; the
     two newest checkpoints (both slots) equal the states they were taken from.
     on_busy='queue': each save after the first begins in the store's thread, its copies
-    on the store's stream ordered after the event of its call."""
+    on the store's stream ordered after the event of its call.  snapshot_on_wait
+    (Store(gpu_snapshot_on_wait=)): one writer, so that the hook finds pieces untaken
+    and snapshots them; it must have snapshotted some."""
     m = model()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     x = torch.randn(256, 512, device=dev)
@@ -181,8 +185,9 @@ def test_train_every_step(on_busy="wait", src="direct"):
     opt.step()  # the optimizer's state exists from the first checkpoint on (one layout)
     snaps = {}
     queued = 0
-    with pmckpt.Store(name=f"gpu-every-{on_busy}-{src}{SUFFIX}", ramdisk=D, on_busy=on_busy,
-                      gpu_source=src) as s:
+    extra = {"gpu_snapshot_on_wait": snapshot_on_wait, "threads": 1} if snapshot_on_wait else {}
+    with pmckpt.Store(name=f"gpu-every-{on_busy}-{src}-{int(snapshot_on_wait)}{SUFFIX}",
+                      ramdisk=D, on_busy=on_busy, gpu_source=src, **extra) as s:
         pmckpt.hook_optimizer(opt, s)
         for step in range(1, 13):
             m(x).square().mean().backward()
@@ -194,6 +199,10 @@ def test_train_every_step(on_busy="wait", src="direct"):
         s.wait()
         if on_busy == "queue" and queued < 6:
             return f"only {queued} of 12 saves were queued behind one in flight"
+        snapped = s.stats()["pipeline"]["snapshot_on_wait_pieces"]
+        T.diag(f"{src}, on_busy={on_busy}: {snapped} pieces snapshotted on wait")
+        if snapshot_on_wait and not snapped:
+            return "the hook's waits snapshotted nothing, with one writer behind"
         for step in (11, 12):
             r = same(snaps[step], s.load(step=step))
             if r:
@@ -292,6 +301,12 @@ for src in ("direct", "snapshot"):
           "store's thread: the newest checkpoints bit-exact", test_train_every_step, "queue", src)
 T.run("device hashing: every step with hook_optimizer (the waits order after the hash "
       "kernel too): the newest checkpoints bit-exact", device_hashing, test_train_every_step)
+for src, room in (("direct", True), ("direct", 5 << 20), ("kernel", True), ("staged", True)):
+    T.run(f"snapshots on wait, {src}, {'room for all' if room is True else '5 MiB'}: every "
+          "step with hook_optimizer, the hook snapshotting what one writer has not reached: "
+          "the newest checkpoints bit-exact", test_train_every_step, "wait", src, room)
+T.run("snapshots on wait with device hashing and on_busy='queue': every step bit-exact",
+      device_hashing, test_train_every_step, "queue", "direct", True)
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)

@@ -853,6 +853,43 @@ def test_busy():
         p.wait()
 
 
+def test_snapshot_on_wait_option():
+    """gpu_snapshot_on_wait: True, False or bytes, refused with gpu_source='snapshot'
+    (which snapshots everything already) and for anything else, before a file is made;
+    the pipeline gets the bytes asked (True: the store's data size) for the GPU
+    strategies that read tensors in place, 0 for host sources and G.  A host state
+    saves as without it.  (What it does on a GPU: test_gpu.py.)"""
+    for bad, src in ((-1, "direct"), ("1G", "direct"), (1.5, "direct"), (True, "snapshot"),
+                     (1 << 20, "snapshot")):
+        try:
+            pmckpt.Store(name="sow-bad", ramdisk=D, gpu_source=src, gpu_snapshot_on_wait=bad)
+            return f"gpu_snapshot_on_wait={bad!r} with {src} accepted"
+        except ValueError as e:
+            T.diag(f"{bad!r}, {src}: {e}")
+    if os.path.exists(os.path.join(D, "pmckpt-sow-bad.pool")):
+        return "a refused Store made its file"
+    m = mlp()
+    st = train_state(m, torch.optim.Adam(m.parameters()), 1)
+    for want in (True, 3 << 20):
+        with pmckpt.Store(name="sow", ramdisk=D, gpu_snapshot_on_wait=want) as s:
+            s.save(st, 1)
+            got = {src: s._snapshot_on_wait_bytes(src) for src in range(5)}
+            whole = lib.pmck_store_data_size(s._h.store)
+            expect = {src: 0 if src in (_lib.SOURCE_HOST, _lib.SOURCE_GPU_SNAPSHOT) else
+                      (whole if want is True else want) for src in range(5)}
+            if got != expect:
+                return f"{want!r}: bytes per source {got}, not {expect}"
+            h = s.save_async(st, 2)
+            s.wait_for(list(st["model"].values()))
+            h.wait()
+            if s.stats()["pipeline"]["snapshot_on_wait_pieces"] != 0:
+                return "host sources snapshotted on wait"
+            r = same(st, s.load())
+            if r:
+                return r
+        pmckpt.Store(name="sow", ramdisk=D).destroy()
+
+
 def test_pm_path():
     """Store(path): a file standing in for an fsdax file (blank: formatted at first save)."""
     path = os.path.join(D, "fake-fsdax.pm")
@@ -1016,6 +1053,8 @@ T.run("destroy() frees the name for another layout", test_destroy)
 T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
 T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
       test_busy)
+T.run("gpu_snapshot_on_wait: its values checked, the pipeline's bytes per strategy",
+      test_snapshot_on_wait_option)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
