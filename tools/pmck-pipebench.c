@@ -117,6 +117,54 @@ pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers,
 	return tool_median(t, reps);
 }
 
+#ifdef PMCK_HAVE_CUDA
+/*
+ * What an optimizer's hook sees right after save_async: every layer put on
+ * a stream, then at once a stream-ordered wait for all of them on it; the
+ * time until that stream has passed the wait (the host's wait and the
+ * stream's), and until the checkpoint is durable.  Medians of `reps`,
+ * after a warm-up checkpoint.
+ */
+static void
+hook_wait_time(struct pmck_store *s, void **src, uint32_t nlayers,
+		const struct pmck_pipeline_opts *o, uint64_t *step, unsigned reps, double *freed,
+		double *durable)
+{
+	struct pmck_pipeline *p;
+	cudaStream_t stream;
+	uint32_t *layers = calloc(nlayers, sizeof(*layers));
+	double f[64], d[64];
+
+	if (!layers || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+		die("hook wait: stream");
+	for (uint32_t l = 0; l < nlayers; l++)
+		layers[l] = l;
+	if (pmck_pipeline_new(s, o, &p))
+		die("pipeline");
+	for (unsigned k = 0; k < 1 + reps; k++) {
+		double t0 = tool_now();
+		if (pmck_pipeline_begin(p, (*step)++) ||
+		    pmck_pipeline_put_layers_stream(p, layers, nlayers, (const void *const *)src,
+				stream) ||
+		    pmck_pipeline_wait_layers_stream(p, layers, nlayers, stream) ||
+		    cudaStreamSynchronize(stream) != cudaSuccess)
+			die("hook wait");
+		double t1 = tool_now() - t0;
+		if (pmck_pipeline_wait(p))
+			die("pipeline wait");
+		if (k) {
+			f[k - 1] = t1;
+			d[k - 1] = tool_now() - t0;
+		}
+	}
+	pmck_pipeline_delete(&p);
+	cudaStreamDestroy(stream);
+	free(layers);
+	*freed = tool_median(f, reps);
+	*durable = tool_median(d, reps);
+}
+#endif
+
 /* One checksum run: threads take 8 MiB pieces of the newest slot in turn. */
 struct checksum_run {
 	const char **ptr;
@@ -544,6 +592,28 @@ main(int argc, char **argv)
 				printf("ratio: %s_device_hash_tput_vs_pinned_d2h_one_copy %.4f\n",
 						strat[k].name, tput / one_copy_tput);
 		}
+		/*
+		 * Snapshots on wait (opts.snapshot_on_wait, room for the whole state):
+		 * how soon a hook's wait frees the caller's stream, and what it costs
+		 * the save, against D (DMA) without it, in this run.
+		 */
+		double freed[2], durable[2];
+		for (int sow = 0; sow <= 1; sow++) {
+			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
+					.source = PMCK_SOURCE_GPU_DIRECT,
+					/* the state, and each piece's alignment (< 512 bytes) */
+					.snapshot_on_wait = sow ? bytes + 512 * (nt + bytes / (8 << 20) + 1) : 0};
+			hook_wait_time(s, dsrc, nlayers, &o, &gstep, steps, &freed[sow], &durable[sow]);
+			const char *tag = sow ? "_snapshot_on_wait" : "";
+			printf("bench: gpu_direct%s_hook_wait_time %.6f s\n", tag, freed[sow]);
+			printf("bench: gpu_direct%s_hook_save_time %.6f s\n", tag, durable[sow]);
+		}
+		printf("ratio: gpu_direct_hook_wait_snapshot_on_wait_vs_plain %.4f\n",
+				freed[1] / freed[0]);
+		printf("ratio: gpu_direct_hook_save_time_snapshot_on_wait_vs_plain %.4f\n",
+				durable[1] / durable[0]);
+		printf("# hook wait: every layer put and at once waited for on one stream, until "
+				"that stream has passed the wait (below 1: the optimizer starts sooner)\n");
 		/*
 		 * Whether the writers' hashing can keep up with the link: above 1 it
 		 * can, in this run, on this many threads (the bytes GPU-landed, as
