@@ -8,10 +8,10 @@
  * The stand-in: "device" pointers are host pointers; a stream's copies are
  * queued and run in order when the host waits for one of them (a stream
  * would have finished the earlier ones by then); a snapshot is queued too,
- * and taken (every one queued so far, as the one snapshot stream would)
- * when a caller's stream-ordered wait names a snapshot event, or before a
- * copy or a hash reads the snapshot; a caller's stream-ordered wait runs
- * every queued copy.  It checks
+ * and taken, with every one queued before it (one stream, in order), when
+ * a caller's stream-ordered wait names its event or a hash of it runs (a
+ * copy reading the snapshot takes every one queued); a caller's
+ * stream-ordered wait runs every queued copy.  It checks
  * the contract the real one relies on, counting breaches: a copy started
  * before its ready (or snapshot) event was recorded, a stream's sub-copy
  * events reused while its copies are in flight, a copy landing outside the
@@ -71,6 +71,7 @@ struct snap_chunk {
 	char *dst;
 	const char *src;
 	size_t len;
+	unsigned event;
 };
 
 struct hash_chunk {
@@ -208,11 +209,19 @@ pmck__gpu_layer_ready(struct pmck_gpu *g, unsigned event, void *stream)
 	return 0;
 }
 
-/* Takes every snapshot queued so far (g->lock held). */
+/*
+ * Takes the snapshots queued up to and including the last one recorded
+ * with `event` (-1: all of them), in order (g->lock held).
+ */
 static void
-run_snapshots_locked(struct pmck_gpu *g)
+run_snapshots_locked(struct pmck_gpu *g, int event)
 {
-	for (; g->snaps_done < g->nsnaps; g->snaps_done++) {
+	size_t end = event < 0 ? g->nsnaps : g->snaps_done;
+
+	for (size_t k = g->snaps_done; event >= 0 && k < g->nsnaps; k++)
+		if (g->snaps[k].event == (unsigned)event)
+			end = k + 1;
+	for (; g->snaps_done < end; g->snaps_done++) {
 		const struct snap_chunk *c = &g->snaps[g->snaps_done];
 		memcpy(c->dst, c->src, c->len);
 	}
@@ -231,7 +240,7 @@ run_one_locked(struct pmck_gpu_stream *ws)
 	struct copy *c = &ws->fifo[ws->head];
 
 	if (in_snapshot(ws->g, c->src))
-		run_snapshots_locked(ws->g); /* the copy waited for its snapshot event */
+		run_snapshots_locked(ws->g, -1); /* the copy waited for its snapshot event */
 	memcpy(c->dst, c->src, c->len);
 	ws->head = (ws->head + 1) % FIFO;
 	ws->n--;
@@ -296,7 +305,7 @@ run_hashes_locked(struct pmck_gpu *g, unsigned event)
 {
 	size_t end = g->hash_done;
 
-	run_snapshots_locked(g); /* G hashes its snapshot, after it is taken */
+	run_snapshots_locked(g, (int)event); /* G hashes its snapshot, after it is taken */
 	for (size_t k = g->hash_done; k < g->hash_used; k++)
 		if (g->hash_list[k].event == event)
 			end = k + 1;
@@ -331,7 +340,7 @@ pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int 
 			!g->snapped[snapshot_event]))
 		breach("a caller waiting for a snapshot never taken");
 	if (snapshot_event >= 0)
-		run_snapshots_locked(g);
+		run_snapshots_locked(g, snapshot_event);
 	if (first + n > g->njobs)
 		breach("a caller waiting for jobs that do not exist");
 	/* Conservative: every queued copy has read its source once the caller's stream goes on. */
@@ -392,7 +401,8 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 			g->snaps = more;
 			g->snaps_cap = cap;
 		}
-		g->snaps[g->nsnaps++] = (struct snap_chunk){g->snapshot + offs[i], srcs[i], lens[i]};
+		g->snaps[g->nsnaps++] = (struct snap_chunk){g->snapshot + offs[i], srcs[i], lens[i],
+				event};
 	}
 	g->snapped[event]++;
 	pthread_mutex_unlock(&g->lock);
@@ -877,6 +887,27 @@ test_source(const char *path, enum pmck_source src, uint64_t *step, int device_h
 		ret = pmck_pipeline_wait(p);
 	ok(!ret && exact(s, *step), "%s: sources overwritten after wait_layer_stream: the "
 			"checkpoint has the values put", name);
+
+	/*
+	 * Put in two halves (two ready events; G: two snapshots), then one
+	 * stream-ordered wait for every layer, the first half's listed first,
+	 * and every source overwritten: the values put stay (G: the wait is for
+	 * the later snapshot, which the earlier one precedes).
+	 */
+	static const uint32_t halves_order[LAYERS] = {30, 0, 50, 10, 40, 20};
+	fill(++*step);
+	ret = pmck_pipeline_begin(p, *step);
+	if (!ret)
+		ret = put_all(p, 2);
+	if (!ret)
+		ret = pmck_pipeline_wait_layers_stream(p, halves_order, LAYERS, NULL);
+	for (size_t i = 0; i < N && !ret; i++)
+		memset(dev[i], 0xee, nbytes[i]);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	ok(!ret && exact(s, *step), "%s: put in two calls, one wait_layers_stream for all, every "
+			"source overwritten: the checkpoint has the values put %s", name,
+			ret ? pmck_errormsg() : "");
 
 	/* A copy that fails: the checkpoint aborts, nothing lands later, the next one commits. */
 	uint64_t good = *step;
