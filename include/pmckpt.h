@@ -379,8 +379,10 @@ struct pmck_pipeline_opts {
 	 * for the writers to reach them: an optimizer step right after a
 	 * checkpoint no longer waits for the state to cross PCIe.  The pieces
 	 * last in the queue go first; what does not fit is waited for as
-	 * without it.  Reserved by pmck_pipeline_new (cudaMalloc) and reused
-	 * by every checkpoint; -EINVAL with host sources or with G (which
+	 * without it.  Reserved by pmck_pipeline_new (cudaMalloc), with under
+	 * 512 bytes more per piece for alignment (so pmck_store_data_size
+	 * holds every piece), and reused by every checkpoint; -EINVAL with
+	 * host sources or with G (which
 	 * snapshots every layer at its put, into memory as large as the
 	 * store's data).  (New, last: see cuda_stream.)
 	 */
@@ -561,7 +563,11 @@ struct pmck_pipeline_stats {
 	uint64_t skipped;       /* begins that returned PMCK_SKIPPED */
 	uint64_t last_step;     /* step of the last commit (valid if committed) */
 	uint64_t wait_ns;       /* time callers spent blocked in begin and wait_layer */
-	/* GPU sources: bytes copied by snapshots on demand (opts.snapshot_on_wait), and pieces */
+	/*
+	 * GPU sources: bytes copied by snapshots on demand (opts.snapshot_on_wait),
+	 * and pieces.  (New, last: callers built against the shorter struct must
+	 * be rebuilt.)
+	 */
 	uint64_t snapshot_on_wait_bytes, snapshot_on_wait_pieces;
 };
 void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st);

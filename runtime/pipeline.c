@@ -102,6 +102,7 @@ struct pmck_pipeline {
 	 * event recorded last (-1: none yet), which a caller's stream waits for.
 	 */
 	uint32_t *layer_direct;
+	size_t snapshot_room;    /* opts.snapshot_on_wait and the pieces' alignment */
 	size_t snapshot_used;
 	int last_snapped;
 	uint32_t nseq;           /* copy jobs queued in this checkpoint */
@@ -273,6 +274,19 @@ run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck
 static void finish_locked(struct pmck_pipeline *p);
 static void queue_verify_locked(struct pmck_pipeline *p, uint32_t layer);
 
+/*
+ * The checkpoint in flight fails with ret (the first failure counts), and
+ * its message, this thread's, is kept for every later caller.  Lock held.
+ */
+static void
+fail_locked(struct pmck_pipeline *p, int ret)
+{
+	if (!ret || p->error)
+		return;
+	p->error = ret;
+	snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
+}
+
 static void *
 writer(void *arg)
 {
@@ -315,10 +329,7 @@ writer(void *arg)
 		pthread_mutex_lock(&p->lock);
 		if (is_gpu(p) && (bind_err || skip))
 			job_started_locked(p, &j); /* nothing enqueued: nothing to order after */
-		if (ret && !p->error) {
-			p->error = ret;
-			snprintf(p->errmsg, sizeof(p->errmsg), "%s", pma_errormsg());
-		}
+		fail_locked(p, ret);
 		if (p->verify && !j.verify && --p->layer_copies[j.layer] == 0)
 			queue_verify_locked(p, j.layer);
 		p->outstanding--;
@@ -527,7 +538,16 @@ static int
 open_gpu(struct pmck_pipeline *p)
 {
 	int whole = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
-	size_t snapshot = whole ? pmck_store_data_size(p->store) : p->opts.snapshot_on_wait;
+	/*
+	 * On wait: the bytes asked for, and each piece's alignment (under 512
+	 * bytes, snapshot_untaken_locked), so that the store's data size holds
+	 * every piece.
+	 */
+	if (p->opts.snapshot_on_wait > SIZE_MAX - 512 * p->qcap)
+		return pma__err(-EINVAL, "snapshot_on_wait of %zu bytes: more than memory can hold",
+				p->opts.snapshot_on_wait);
+	p->snapshot_room = p->opts.snapshot_on_wait ? p->opts.snapshot_on_wait + 512 * p->qcap : 0;
+	size_t snapshot = whole ? pmck_store_data_size(p->store) : p->snapshot_room;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (!ret)
 		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
@@ -832,8 +852,7 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	if (p->gpu_hash && !ret)
 		ret = pmck__gpu_hash(p->gpu, event, snapshot, nhash, p->hash_src, p->hash_len,
 				p->hash_slot);
-	if (ret && !p->error)
-		p->error = ret; /* the checkpoint will abort; queued pieces are skipped */
+	fail_locked(p, ret); /* the checkpoint will abort; queued pieces are skipped */
 	if (p->outstanding == 0 && p->layers_put == p->nlayers)
 		finish_locked(p); /* only empty tensors, or a failure before any queueing */
 	pthread_cond_broadcast(&p->work);
@@ -904,6 +923,8 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 	for (size_t k = 0; k < nu && !full; k++) {
 		for (uint32_t seq = u[k].end; seq-- > u[k].first;) {
 			struct job *j = &p->queue[(p->qhead + (seq - head)) % p->qcap];
+			if (j->snapped >= 0)
+				continue; /* the layer is listed twice: taken by its first stretch */
 			/*
 			 * The copy keeps the source's address modulo 256: the same
 			 * alignment for the snapshot kernel, the DMA, and device
@@ -912,7 +933,7 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 			 */
 			size_t off = ((p->snapshot_used + 255) & ~(size_t)255) +
 					((uintptr_t)j->src & 255);
-			if (off + j->len > p->opts.snapshot_on_wait) {
+			if (off + j->len > p->snapshot_room) {
 				full = 1;
 				break;
 			}
@@ -938,7 +959,7 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 		unsigned event = p->layer_event[u[0].ix];
 		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
 		if (ret)
-			p->error = ret; /* the retargeted jobs are skipped: the checkpoint fails */
+			fail_locked(p, ret); /* the retargeted jobs are skipped: the checkpoint fails */
 		else
 			p->last_snapped = (int)event;
 		p->stats.snapshot_on_wait_bytes += bytes;

@@ -9,9 +9,10 @@
  * queued and run in order when the host waits for one of them (a stream
  * would have finished the earlier ones by then); a snapshot is queued too,
  * and taken, with every one queued before it (one stream, in order), when
- * a caller's stream-ordered wait names its event or a hash of it runs (a
- * copy reading the snapshot takes every one queued); a caller's
- * stream-ordered wait runs every queued copy.  It checks
+ * a caller's stream-ordered wait names its event, a hash of it runs, or a
+ * copy that waited for its event runs; a caller's stream-ordered wait for
+ * jobs runs each stream's copies up to the last of those jobs' (their done
+ * events).  Snapshot events count as recorded from the checkpoint's begin.  It checks
  * the contract the real one relies on, counting breaches: a copy started
  * before its ready (or snapshot) event was recorded, a stream's sub-copy
  * events reused while its copies are in flight, a copy landing outside the
@@ -59,6 +60,8 @@ struct copy {
 	const char *src;
 	size_t len;
 	unsigned i;
+	size_t job;     /* whose done event follows the job's last copy */
+	int snap_event; /* the snapshot event it waited for; -1: a ready event */
 };
 
 struct pmck_gpu_stream {
@@ -227,20 +230,14 @@ run_snapshots_locked(struct pmck_gpu *g, int event)
 	}
 }
 
-static int
-in_snapshot(const struct pmck_gpu *g, const char *p)
-{
-	return g->snapshot && p >= g->snapshot && p < g->snapshot + g->snapshot_bytes;
-}
-
 /* Runs the oldest queued copy of ws (g->lock held). */
 static void
 run_one_locked(struct pmck_gpu_stream *ws)
 {
 	struct copy *c = &ws->fifo[ws->head];
 
-	if (in_snapshot(ws->g, c->src))
-		run_snapshots_locked(ws->g, -1); /* the copy waited for its snapshot event */
+	if (c->snap_event >= 0)
+		run_snapshots_locked(ws->g, c->snap_event); /* the copy waited for that snapshot */
 	memcpy(c->dst, c->src, c->len);
 	ws->head = (ws->head + 1) % FIFO;
 	ws->n--;
@@ -270,7 +267,8 @@ pmck__gpu_copy_start(struct pmck_gpu_stream *ws, unsigned event, int from_snapsh
 	for (size_t off = 0; off < len; off += sub) {
 		struct copy *c = &ws->fifo[(ws->head + ws->n++) % FIFO];
 		*c = (struct copy){(char *)dst + off, (const char *)src + off,
-				len - off < sub ? len - off : sub, (*nsub)++};
+				len - off < sub ? len - off : sub, (*nsub)++, job,
+				from_snapshot ? (int)event : -1};
 	}
 	pthread_mutex_unlock(&g->lock);
 	return 0;
@@ -343,10 +341,18 @@ pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int 
 		run_snapshots_locked(g, snapshot_event);
 	if (first + n > g->njobs)
 		breach("a caller waiting for jobs that do not exist");
-	/* Conservative: every queued copy has read its source once the caller's stream goes on. */
-	for (unsigned k = 0; k < MAX_STREAMS; k++)
-		while (g->streams[k] && g->streams[k]->n)
-			run_one_locked(g->streams[k]);
+	/* Each stream, up to the last copy of one of the jobs: their done events. */
+	for (unsigned k = 0; k < MAX_STREAMS; k++) {
+		struct pmck_gpu_stream *ws = g->streams[k];
+		unsigned last = 0;
+		for (unsigned m = 0; ws && m < ws->n; m++) {
+			size_t job = ws->fifo[(ws->head + m) % FIFO].job;
+			if (job >= first && job < first + n)
+				last = m + 1;
+		}
+		while (last--)
+			run_one_locked(ws);
+	}
 	pthread_mutex_unlock(&g->lock);
 	return 0;
 }
@@ -371,6 +377,8 @@ pmck__gpu_snapshot_begin(struct pmck_gpu *g)
 {
 	pthread_mutex_lock(&g->lock);
 	g->nsnaps = g->snaps_done = 0; /* a failed checkpoint's snapshots are never taken */
+	/* An event recorded by an earlier checkpoint has completed: waiting for it orders nothing. */
+	memset(g->snapped, 0, (g->nevents + 1) * sizeof(*g->snapped));
 	pthread_mutex_unlock(&g->lock);
 	return 0;
 }
@@ -712,10 +720,10 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, in
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .source = src,
-			.snapshot_on_wait = budget ? budget : 64u << 20};
+	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1, .source = src};
+	/* The second wait lists every layer twice: each piece is snapshotted once. */
 	static const uint32_t order[LAYERS] = {30, 0, 50, 10, 40, 20}, two[] = {50, 10},
-			all[] = {0, 10, 20, 30, 40, 50};
+			all[] = {0, 10, 20, 30, 40, 50, 50, 40, 30, 20, 10, 0};
 	const void *srcs[N];
 	uint8_t *odd = malloc(nbytes[0] + 1);
 	char name[96];
@@ -724,8 +732,10 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, in
 	snprintf(name, sizeof(name), "%s%s, snapshot on wait, %s", source_name(src),
 			device_hash ? ", device hashing" : "", budget ? "12 MiB" : "room for all");
 	setenv("PMCK_GPU_HASH", device_hash ? "device" : "host", 1);
-	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
-	    pmck_pipeline_new(s, &o, &p)) {
+	int ret = open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s);
+	/* Room for all: the store's data size, the pieces' alignment being the pipeline's. */
+	o.snapshot_on_wait = budget ? budget : ret ? 1 : pmck_store_data_size(s);
+	if (ret || pmck_pipeline_new(s, &o, &p)) {
 		ok(0, "%s: set up: %s", name, pmck_errormsg());
 		free(odd);
 		return;
@@ -735,7 +745,7 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, in
 	for (size_t i = 0; i < N; i++)
 		srcs[i] = i ? dev[i] : odd + 1;
 	hold_copy_waits(1);
-	int ret = pmck_pipeline_begin(p, *step);
+	ret = pmck_pipeline_begin(p, *step);
 	if (!ret)
 		ret = pmck_pipeline_put_layers_stream(p, order, LAYERS, srcs, NULL);
 	while (!ret && !copies_holding(1))
@@ -766,7 +776,7 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, in
 	int threaded = budget && !ret && !pthread_create(&rl.thread, NULL,
 			release_after_snapshot, &rl);
 	if (!ret)
-		ret = pmck_pipeline_wait_layers_stream(p, all, LAYERS, NULL);
+		ret = pmck_pipeline_wait_layers_stream(p, all, 2 * LAYERS, NULL);
 	if (threaded)
 		pthread_join(rl.thread, NULL);
 	pmck_pipeline_stats(p, &st);
@@ -792,6 +802,57 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t *step, in
 	free(odd);
 	unsigned n = atomic_load(&breaches) - before;
 	is_int(n, 0, "%s: no breach of the GPU contract%s%s", name, n ? ": " : "", n ? first_breach : "");
+}
+
+/*
+ * Snapshots on wait with three writers running free: 12 checkpoints of
+ * strategy src, each waited for at once on the caller's stream (every
+ * layer, then some twice) and its sources overwritten: each bit-exact,
+ * however many pieces the writers took before the wait (the count varies).
+ */
+static void
+test_snapshot_on_wait_writers(const char *path, enum pmck_source src, uint64_t *step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src,
+			.snapshot_on_wait = 20u << 20};
+	static const uint32_t all[] = {50, 40, 30, 20, 10, 0, 20, 30};
+	unsigned before = atomic_load(&breaches), exact_ones = 0;
+	int ret;
+
+	setenv("PMCK_GPU_HASH", "host", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "%s, snapshot on wait, 3 writers: set up: %s", source_name(src),
+				pmck_errormsg());
+		return;
+	}
+	for (int k = 0; k < 12; k++) {
+		fill(++*step);
+		ret = pmck_pipeline_begin(p, *step);
+		if (!ret)
+			ret = put_all(p, k % 3);
+		if (!ret)
+			ret = pmck_pipeline_wait_layers_stream(p, all, 8, NULL);
+		for (size_t i = 0; i < N && !ret; i++)
+			memset(dev[i], 0xee, nbytes[i]);
+		if (!ret)
+			ret = pmck_pipeline_wait(p);
+		exact_ones += !ret && exact(s, *step);
+	}
+	struct pmck_pipeline_stats st;
+	pmck_pipeline_stats(p, &st);
+	is_int(exact_ones, 12, "%s, snapshot on wait, 3 writers free: 12 checkpoints waited for "
+			"at once and overwritten, each bit-exact (%llu pieces snapshotted in all)",
+			source_name(src), (unsigned long long)st.snapshot_on_wait_pieces);
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	unsigned n = atomic_load(&breaches) - before;
+	is_int(n, 0, "%s, snapshot on wait, 3 writers: no breach of the GPU contract%s%s",
+			source_name(src), n ? ": " : "", n ? first_breach : "");
 }
 
 /* What snapshot_on_wait and wait_layers_stream refuse. */
@@ -971,6 +1032,8 @@ main(void)
 			for (size_t budget = 0; budget <= (12u << 20); budget += 12u << 20)
 				if (!device_hash || src == PMCK_SOURCE_GPU_DIRECT)
 					test_snapshot_on_wait(path, src, &step, device_hash, budget);
+	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_STAGED; src++)
+		test_snapshot_on_wait_writers(path, src, &step);
 	test_snapshot_on_wait_refused(path);
 
 	/* A mistyped PMCK_GPU_HASH is refused, saying what it takes. */

@@ -324,7 +324,7 @@ test_snapshot_on_wait(const char *path, enum pmck_source src, uint64_t step)
 	for (size_t i = 0; i < N; i++)
 		total += nbytes[i];
 	snprintf(name, sizeof(name), "%s, snapshot on wait", name_of(src));
-	if (rig_open(&g, path, src, total + (64u << 10))) /* and each piece's alignment */
+	if (rig_open(&g, path, src, total)) /* the pipeline adds the pieces' alignment */
 		return;
 	struct stall late = {.ms = 300};
 	cudaLaunchHostFunc(g.side, stall_fn, &late);

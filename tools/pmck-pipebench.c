@@ -601,8 +601,7 @@ main(int argc, char **argv)
 		for (int sow = 0; sow <= 1; sow++) {
 			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
 					.source = PMCK_SOURCE_GPU_DIRECT,
-					/* the state, and each piece's alignment (< 512 bytes) */
-					.snapshot_on_wait = sow ? bytes + 512 * (nt + bytes / (8 << 20) + 1) : 0};
+					.snapshot_on_wait = sow ? bytes : 0};
 			hook_wait_time(s, dsrc, nlayers, &o, &gstep, steps, &freed[sow], &durable[sow]);
 			const char *tag = sow ? "_snapshot_on_wait" : "";
 			printf("bench: gpu_direct%s_hook_wait_time %.6f s\n", tag, freed[sow]);
