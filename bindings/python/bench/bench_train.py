@@ -331,6 +331,9 @@ class PmCkpt:
                "committed": s.get("pipeline", {}).get("committed", 0),
                "skipped": s.get("pipeline", {}).get("skipped", 0),
                "snapshot_on_wait_b": s.get("pipeline", {}).get("snapshot_on_wait_bytes", 0)}
+        # save_async's time by phase (Store.stats()["call"]), as phase_NAME_s
+        out.update({f"phase_{k}_s": v / 1e9 for k, v in s.get("call", {}).items()
+                    if k != "calls"})
         if "copyout" in s:
             out["copied"] = s["copyout"]["copied"]
             out["copy_busy_s"] = s["copyout"]["busy_ns"] / 1e9
@@ -617,6 +620,10 @@ def main():
                      f"copier busy {med(rs, 'copy_busy_s'):.1f} of {med(rs, 'wall'):.1f} s")
         if rs[0].get("skipped"):
             extra += f"; skipped {med(rs, 'skipped'):.0f}"
+        phases = [k for k in rs[0] if k.startswith("phase_")]
+        if phases:
+            extra += "; ckpt call by phase: " + ", ".join(
+                f"{k[6:-2]} {med(rs, k) / steps * 1e3:.1f}" for k in phases)
         if rs[0].get("snapshot_on_wait_b"):
             extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")

@@ -41,6 +41,27 @@ def _put_stream(dev):
     return torch.cuda.current_stream(dev).cuda_stream
 
 
+class _CallClock:
+    """Where a save_async call's time on the caller's thread goes, by phase:
+    encoding the state, making the metadata blob, waiting for the checkpoint
+    in flight (its commit), moving host tensors for the GPU path, the begin
+    (store, pipeline, slot), putting the layers, putting the metadata.  One
+    per call (a queued save begins on another thread), added to the store's
+    totals at its end (Store.stats()["call"]); a few clock reads a call."""
+
+    PHASES = ("encode", "blob", "previous", "capture", "begin", "put", "meta")
+
+    def __init__(self):
+        self.ns = dict.fromkeys(self.PHASES, 0)
+        self._t = time.perf_counter_ns()
+
+    def lap(self, phase):
+        """The time since the last lap (or the start) goes to `phase`."""
+        t = time.perf_counter_ns()
+        self.ns[phase] += t - self._t
+        self._t = t
+
+
 @contextlib.contextmanager
 def gc_paused():
     """Python's cyclic garbage collector off for a save_async call, on again
@@ -357,18 +378,22 @@ class _Pipeline:
             srcs, prep.packed = _pack_host(srcs, prep.gpu)
         prep.srcs = srcs
 
-    def _start(self, prep, step, pending=None, handle=None):
+    def _start(self, prep, step, pending=None, handle=None, clock=None):
         """Begins checkpoint `step` and queues every tensor layer (not the metadata).
         Returns the handle; _put_meta completes it.  pending: the _PendingSave this
         checkpoint is (the hooks waiting on it go on to wait for its layers).
-        handle: the SaveHandle a queued save returned already."""
+        handle: the SaveHandle a queued save returned already.  clock: the call's
+        _CallClock, if it is timed."""
+        lap = clock.lap if clock is not None else lambda phase: None
         blob = prep.blob = make_blob(prep.doc, prep.binary)
+        lap("blob")
         with self._lock:
             self._begin_queued()  # a queued save (on_busy='queue') goes first
             prev = self._inflight
             if prev is not None and (self.on_busy != "skip" or not prev._all_put):
                 self._finish(prev)
                 prev = None
+            lap("previous")
             if self._layout is None and self._h is None:
                 self._h = self._open_existing()
                 if self._h is not None:
@@ -387,8 +412,10 @@ class _Pipeline:
             self._open_write(layout)
             self._ensure_global()
             entries = prep.entries
+            lap("begin")
             if prep.srcs is None:
                 self._capture(prep)
+                lap("capture")
             srcs = prep.srcs
             keep = [prep]
             device = 0
@@ -423,7 +450,9 @@ class _Pipeline:
             h._gpu = (prep.gpu is not None, device)
             h._capacity = layout.capacity()
             self._inflight = h
+            lap("begin")
             rc = _put_layers(self._pipe, sorted({e.layer for e in entries}), arr, stream)
+            lap("put")
             if rc < 0:
                 self._abandon(h)
                 check(rc, f"checkpoint of step {step}")
@@ -440,14 +469,20 @@ class _Pipeline:
         caller goes on at once instead of waiting for it on the training thread.
         Until it has begun the hooks wait for it as for a pending save, and a
         further save_async waits for it to begin (one queued at most)."""
+        clock = _CallClock()
         with gc_paused():
             prep = self._prepare(state_dict, step)
+            clock.lap("encode")
             self._capture(prep)
+            clock.lap("capture")
             with self._lock:
                 self._begin_queued()  # one queued at most: the one before begins now
+                clock.lap("previous")
                 prev = self._inflight
                 if prev is None or prev._done:
-                    return self._begin(prep)
+                    h = self._begin(prep, clock=clock)
+                    self._timed_call(clock)
+                    return h
                 ready = None
                 if prep.gpu is not None:
                     ready = torch.cuda.Event()
@@ -460,6 +495,8 @@ class _Pipeline:
                                      name=f"pmckpt-queue-{self.name}")
                 pending.bind(t)
                 t.start()
+                clock.lap("begin")
+                self._timed_call(clock)
                 return h
 
     def _settle_inflight(self):
@@ -503,16 +540,26 @@ class _Pipeline:
                     f"checkpoint of step {h.step} could not begin: {err}")
             q.pending.release(h._error)
 
-    def _begin(self, prep, pending=None, handle=None):
+    def _begin(self, prep, pending=None, handle=None, clock=None):
         """Begins the checkpoint of prep (_start) and queues its metadata (_put_meta):
-        save_async's, and a queued save's.  Returns its handle."""
-        h = self._start(prep, prep.doc["step"], pending=pending, handle=handle)
+        save_async's, and a queued save's.  Returns its handle.  clock: the
+        call's _CallClock, if it is timed."""
+        h = self._start(prep, prep.doc["step"], pending=pending, handle=handle, clock=clock)
         if h.skipped:
             if pending is not None:
                 pending.release()
         else:
             self._put_meta(h, prep.doc, blob=prep.blob)
+            if clock is not None:
+                clock.lap("meta")
         return h
+
+    def _timed_call(self, clock):
+        """Adds a finished call's phases to the store's totals (Store.stats()["call"])."""
+        with self._lock:
+            for phase, ns in clock.ns.items():
+                self._call_ns[phase] += ns
+            self._call_ns["calls"] += 1
 
     def _put_meta(self, h, doc, binary=b"", blob=None):
         """Queues the metadata blob, the checkpoint's last layer: it commits after it.

@@ -23,7 +23,8 @@ from ._backend import _Backend
 from ._copy import Copier, parallel_fresh
 from ._lib import lib, check
 from ._multirank import _MultiRank
-from ._pipeline import _GPU_SOURCES, _Pipeline, GpuPathWarning, SaveHandle, gc_paused
+from ._pipeline import (_GPU_SOURCES, _CallClock, _Pipeline, GpuPathWarning, SaveHandle,
+                        gc_paused)
 from ._recovery import _Recovery, RecoveryWarning, copy_into
 from ._state import META_NAME, Decoder, Flattener, tree_names
 from .errors import Error, LayoutError, NoCheckpointError
@@ -216,6 +217,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._newest = None
         self._pending_lock = threading.Lock()
         self._pending = []  # _PendingSave: saves staged without a copy, not begun yet
+        # save_async's time on the caller's thread by phase, summed (_CallClock)
+        self._call_ns = dict.fromkeys(_CallClock.PHASES + ("calls",), 0)
 
     # ------------------------------------------------------------ where it lives
 
@@ -250,8 +253,13 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._raise_copyout_failure()
         if self.on_busy == "queue":
             return self._save_queued(state_dict, step)
+        clock = _CallClock()
         with gc_paused():
-            return self._begin(self._prepare(state_dict, step))
+            prep = self._prepare(state_dict, step)
+            clock.lap("encode")
+            h = self._begin(prep, clock=clock)
+        self._timed_call(clock)
+        return h
 
     def save(self, state_dict, step):
         """Writes checkpoint `step` of state_dict; returns once it is committed
@@ -490,8 +498,13 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     def stats(self):
         """Counters of the pipeline, the copy-out and the partner copies (dicts), where
-        they exist."""
-        out = {}
+        they exist, and "call": save_async's time on the caller's thread by phase, in
+        ns summed over "calls" calls (encode: the state walked and declared; blob:
+        the metadata made; previous: waiting for the checkpoint in flight to commit,
+        or a queued one to begin; capture: host tensors moved for the GPU path;
+        begin: store, pipeline and slot; put: the layers queued; meta: the metadata
+        queued)."""
+        out = {"call": dict(self._call_ns)}
         if self._pipe:
             st = _lib.PipelineStats()
             lib.pmck_pipeline_stats(self._pipe, byref(st))

@@ -890,6 +890,36 @@ def test_snapshot_on_wait_option():
         pmckpt.Store(name="sow", ramdisk=D).destroy()
 
 
+def test_call_phases():
+    """Store.stats()["call"]: save_async's time on the caller's thread by phase, one
+    count per call; the phases add up to most of the calls' time, and a call behind
+    a checkpoint still being written (one writer, 96 MB) spends it waiting for that
+    one ("previous")."""
+    st = {f"t{i}": torch.randn(3 << 20) for i in range(8)}
+    with pmckpt.Store(name="phases", ramdisk=D, threads=1) as s:
+        s.save(st, 1)
+        before = dict(s.stats()["call"])
+        walls = []
+        for step in (2, 3):
+            t0 = time.perf_counter_ns()
+            h = s.save_async(st, step)
+            walls.append(time.perf_counter_ns() - t0)
+        h.wait()
+        call = s.stats()["call"]
+        diff = {k: call[k] - before[k] for k in call}
+        T.diag(f"phases of calls 2 and 3 (ms): "
+               f"{ {k: round(v / 1e6, 2) for k, v in diff.items() if k != 'calls'} }, "
+               f"walls {[round(w / 1e6, 2) for w in walls]}")
+        if before["calls"] != 1 or diff["calls"] != 2:
+            return f"calls counted {before['calls']} then {diff['calls']}, not 1 and 2"
+        phases = sum(v for k, v in diff.items() if k != "calls")
+        if not 0.5 * sum(walls) <= phases <= sum(walls):
+            return f"phases sum to {phases} ns of {sum(walls)} ns in the calls"
+        if diff["previous"] < 0.5 * walls[1]:
+            return (f"the call behind a checkpoint in flight spent {diff['previous']} ns of "
+                    f"{walls[1]} waiting for it")
+
+
 def test_pm_path():
     """Store(path): a file standing in for an fsdax file (blank: formatted at first save)."""
     path = os.path.join(D, "fake-fsdax.pm")
@@ -1055,6 +1085,8 @@ T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 
       test_busy)
 T.run("gpu_snapshot_on_wait: its values checked, the pipeline's bytes per strategy",
       test_snapshot_on_wait_option)
+T.run("stats()['call']: save_async's time by phase, the wait for the previous one in it",
+      test_call_phases)
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
