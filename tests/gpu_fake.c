@@ -472,28 +472,30 @@ pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event)
 	return 0;
 }
 
-/* Holds writers' hash_waits (on), or lets them go on (off: their hashes then run). */
+/* Sets a hold flag of the open stand-in (under its lock) and wakes who waits on it. */
 static void
-hold_hash_waits(int on)
+set_hold(int *flag, pthread_cond_t *wake, int on)
 {
 	struct pmck_gpu *g = open_gpu;
 
 	pthread_mutex_lock(&g->lock);
-	hold_hashes = on;
-	pthread_cond_broadcast(&hashes_ran);
+	*flag = on;
+	pthread_cond_broadcast(wake);
 	pthread_mutex_unlock(&g->lock);
+}
+
+/* Holds writers' hash_waits (on), or lets them go on (off: their hashes then run). */
+static void
+hold_hash_waits(int on)
+{
+	set_hold(&hold_hashes, &hashes_ran, on);
 }
 
 /* Holds writers' copy_waits (on), or lets them go on (off). */
 static void
 hold_copy_waits(int on)
 {
-	struct pmck_gpu *g = open_gpu;
-
-	pthread_mutex_lock(&g->lock);
-	hold_copies = on;
-	pthread_cond_broadcast(&copies_go);
-	pthread_mutex_unlock(&g->lock);
+	set_hold(&hold_copies, &copies_go, on);
 }
 
 /* Whether n writers hold in copy_wait. */
