@@ -382,9 +382,9 @@ struct pmck_pipeline_opts {
 	 * without it.  Reserved by pmck_pipeline_new (cudaMalloc), with under
 	 * 512 bytes more per piece for alignment (so pmck_store_data_size
 	 * holds every piece), and reused by every checkpoint; -EINVAL with
-	 * host sources or with G (which
-	 * snapshots every layer at its put, into memory as large as the
-	 * store's data).  (New, last: see cuda_stream.)
+	 * host sources or with G (which snapshots every layer at its put,
+	 * into memory as large as the store's data).  (New, last: see
+	 * cuda_stream.)
 	 */
 	size_t snapshot_on_wait;
 };
@@ -458,8 +458,9 @@ int pmck_pipeline_put_layer(struct pmck_pipeline *p, uint32_t layer, const void 
 /*
  * GPU sources and streams.  The library copies on CUDA streams of its own,
  * made cudaStreamNonBlocking (one per writer thread, one for strategy G's
- * snapshots and those on wait): they never wait for unrelated work on the legacy default
- * stream, nor hold it up, and the library never synchronises the device.
+ * snapshots and those on wait): they never wait for unrelated work on the
+ * legacy default stream, nor hold it up, and the library never
+ * synchronises the device.
  *  - Ready: a source must be complete on `cuda_stream` (the stream given
  *    to put_layer_stream, else opts.cuda_stream, NULL: the legacy default
  *    stream) when the layer is put: put_layer records an event there and
@@ -526,8 +527,8 @@ int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
  * there are writers, the host still waits for those to land (strategy G
  * never waits: its snapshot is enqueued by put_layer; with
  * opts.snapshot_on_wait the pieces no writer has taken are snapshotted
- * instead, see pmck_pipeline_wait_layers_stream).  Persisting goes on in the background; a failure
- * is reported by a later wait.  Host sources: pmck_pipeline_wait_layer.
+ * instead, see pmck_pipeline_wait_layers_stream).  Persisting goes on in
+ * the background; a failure is reported by a later wait.  Host sources: pmck_pipeline_wait_layer.
  * Errors: -EINVAL (layer unknown), the checkpoint's error if it already
  * failed, -EIO from CUDA.  The caller's current device is left as it was.
  */

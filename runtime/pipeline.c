@@ -958,12 +958,13 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 		pthread_cond_broadcast(&p->done); /* fewer jobs to wait for: other waiters look again */
 		unsigned event = p->layer_event[u[0].ix];
 		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
-		if (ret)
+		if (ret) {
 			fail_locked(p, ret); /* the retargeted jobs are skipped: the checkpoint fails */
-		else
+		} else {
 			p->last_snapped = (int)event;
-		p->stats.snapshot_on_wait_bytes += bytes;
-		p->stats.snapshot_on_wait_pieces += nsnap;
+			p->stats.snapshot_on_wait_bytes += bytes;
+			p->stats.snapshot_on_wait_pieces += nsnap;
+		}
 	}
 	free(u);
 	return ret;
