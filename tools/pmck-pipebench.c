@@ -274,9 +274,11 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2 || every < 1 || gpu_threads > 64) {
-		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps >= 2, --every >= 1, "
-				"--gpu-threads 1..64\n");
+	/* --steps: each figure is a median over at most 64 runs (the arrays below). */
+	if (blocks < 1 || blocks > 40 || threads < 1 || steps < 2 || steps > 64 || every < 1 ||
+	    gpu_threads > 64) {
+		fprintf(stderr, "pmck-pipebench: --blocks 1..40, --threads >= 1, --steps 2..64, "
+				"--every >= 1, --gpu-threads 1..64\n");
 		return 2;
 	}
 	gpt2_layout(blocks);
