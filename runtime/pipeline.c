@@ -29,6 +29,7 @@
 
 #define PIECE (8 * PMCK_HASH_CHUNK)
 #define MAX_THREADS 64
+#define NO_WRITER UINT8_MAX
 _Static_assert(PIECE <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB, "a GPU job's sub-copies");
 _Static_assert(PMCK_GPU_SUB_DMA % PMCK_HASH_CHUNK == 0 && PMCK_GPU_SUB_DMA <= PIECE,
 		"DMA sub-copies land hash-chunk aligned, within a piece");
@@ -95,6 +96,15 @@ struct pmck_pipeline {
 	/* GPU sources: layer's jobs are seq layer_first .. + layer_njobs; layer_started enqueued */
 	uint32_t *layer_first, *layer_njobs, *layer_started;
 	uint32_t *layer_event;   /* GPU sources: the ready/snapshot event of the layer's put */
+	/*
+	 * GPU sources: job seq's copies were enqueued by writer job_writer[seq]
+	 * (NO_WRITER: none were), as that writer's job_order[seq]-th job, on its
+	 * stream, which runs them in that order: a caller's stream waits only
+	 * for the last of each writer's jobs it needs (wait_layers_stream).
+	 */
+	uint8_t *job_writer;
+	uint64_t *job_order;
+	uint64_t writer_jobs[MAX_THREADS];
 	/*
 	 * Snapshots on wait: the layer's first layer_direct jobs read the source;
 	 * the others (a suffix) were snapshotted by a wait.  snapshot_used bytes
@@ -168,23 +178,35 @@ verify_piece(struct pmck_pipeline *p, const struct job *j)
 	return 0;
 }
 
+static void fail_locked(struct pmck_pipeline *p, int ret);
+
 /*
- * A GPU job that reads its source has its copies enqueued (or never will):
- * stream-ordered waiters may order after it.  (A job reading a snapshot is
- * waited for through the snapshot's event.)  Lock held.
+ * A GPU job that reads its source has its copies enqueued by writer `self`
+ * (NO_WRITER: nothing was, or never will be): stream-ordered waiters may
+ * order after it.  (A job reading a snapshot is waited for through the
+ * snapshot's event.)  Lock held.
  */
 static void
-job_started_locked(struct pmck_pipeline *p, const struct job *j)
+job_started_locked(struct pmck_pipeline *p, const struct job *j, unsigned self)
 {
+	p->job_writer[j->seq] = (uint8_t)self;
+	if (self != NO_WRITER)
+		p->job_order[j->seq] = ++p->writer_jobs[self];
 	if (j->snapped < 0 && ++p->layer_started[j->layer] == p->layer_direct[j->layer])
 		pthread_cond_broadcast(&p->done);
 }
 
+/*
+ * As job_started_locked, after copy_start returned ret: a failure is the
+ * checkpoint's before the job counts as started, so that no waiter orders
+ * after copies that were not all enqueued.
+ */
 static void
-job_started(struct pmck_pipeline *p, const struct job *j)
+job_started(struct pmck_pipeline *p, const struct job *j, unsigned self, int ret)
 {
 	pthread_mutex_lock(&p->lock);
-	job_started_locked(p, j);
+	fail_locked(p, ret);
+	job_started_locked(p, j, ret ? NO_WRITER : self);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -233,7 +255,7 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 			p->layer_event[j->layer], j->snapped >= 0, how, dst, j->src, j->len,
 			p->gpu_sub, j->seq, &nsub);
 
-	job_started(p, j);
+	job_started(p, j, self, ret);
 	for (unsigned i = 0; i < nsub && !ret; i++) {
 		uint64_t off = (uint64_t)i * p->gpu_sub;
 		uint64_t n = j->len - off < p->gpu_sub ? j->len - off : p->gpu_sub;
@@ -328,7 +350,7 @@ writer(void *arg)
 
 		pthread_mutex_lock(&p->lock);
 		if (is_gpu(p) && (bind_err || skip))
-			job_started_locked(p, &j); /* nothing enqueued: nothing to order after */
+			job_started_locked(p, &j, NO_WRITER); /* nothing enqueued: nothing to order after */
 		fail_locked(p, ret);
 		if (p->verify && !j.verify && --p->layer_copies[j.layer] == 0)
 			queue_verify_locked(p, j.layer);
@@ -557,6 +579,10 @@ open_gpu(struct pmck_pipeline *p)
 	size_t most = whole ? pmck_store_ntensors(p->store) : p->qcap;
 	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
 			most, p->nlayers, p->qcap, &p->gpu);
+	p->job_writer = malloc(p->qcap ? p->qcap : 1);
+	p->job_order = malloc((p->qcap ? p->qcap : 1) * sizeof(*p->job_order));
+	if (!ret && (!p->job_writer || !p->job_order))
+		ret = pma__err(-ENOMEM, "out of memory");
 	if (!ret && p->gpu_hash)
 		ret = open_gpu_hash(p);
 
@@ -970,11 +996,6 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 	return ret;
 }
 
-/* What a caller's stream waits for, per layer: taken under the lock, waited for outside it. */
-struct layer_wait {
-	size_t first, n;
-	int hash_event;
-};
 
 int
 pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
@@ -984,11 +1005,19 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 
 	if (n && !layers)
 		return pma__err(-EINVAL, "wait_layers: %zu layers and no list", n);
+	/*
+	 * What the caller's stream waits for, taken under the lock and waited
+	 * for outside it: hash events (one per distinct put), and per writer
+	 * the last of its jobs that read these layers' sources (last_job;
+	 * last_order 0: none).
+	 */
 	uint32_t *ix = malloc((n ? n : 1) * sizeof(*ix));
-	struct layer_wait *w = malloc((n ? n : 1) * sizeof(*w));
-	if (!ix || !w) {
+	int *hash = malloc((n ? n : 1) * sizeof(*hash));
+	uint64_t last_order[MAX_THREADS] = {0};
+	uint32_t last_job[MAX_THREADS];
+	if (!ix || !hash) {
 		free(ix);
-		free(w);
+		free(hash);
 		return pma__err(-ENOMEM, "out of memory");
 	}
 	for (size_t k = 0; k < n && !ret; k++) {
@@ -1006,7 +1035,7 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
 	if (p->opts.snapshot_on_wait)
 		snapshot_untaken_locked(p, ix, n); /* a failure is the checkpoint's: below */
-	size_t nw = 0;
+	size_t nw = 0, nhash = 0;
 	int last_hash = -1, snapped = -1;
 	uint32_t latest = 0; /* G: the layer put last */
 	for (size_t k = 0; k < n; k++) {
@@ -1016,11 +1045,19 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 			WAIT_WHILE(p, p->layer_started[l] < p->layer_direct[l] && !p->error);
 		if (p->layer_pending[l] == 0)
 			continue; /* persisted already */
+		nw++;
 		/* D with device hashing: the hash kernel reads the sources too (G: the snapshot). */
-		int hash = p->gpu_hash && !snapshot ? (int)p->layer_event[l] : -1;
-		w[nw++] = (struct layer_wait){p->layer_first[l], snapshot ? 0 : p->layer_direct[l],
-				hash == last_hash ? -1 : hash};
-		last_hash = hash >= 0 ? hash : last_hash;
+		int h = p->gpu_hash && !snapshot ? (int)p->layer_event[l] : -1;
+		if (h >= 0 && h != last_hash)
+			hash[nhash++] = last_hash = h;
+		for (uint32_t seq = p->layer_first[l]; !snapshot && seq < p->layer_first[l] +
+				p->layer_direct[l]; seq++) {
+			unsigned wr = p->job_writer[seq];
+			if (wr != NO_WRITER && p->job_order[seq] > last_order[wr]) {
+				last_order[wr] = p->job_order[seq];
+				last_job[wr] = seq;
+			}
+		}
 		/*
 		 * One snapshot event covers every one recorded before it: the
 		 * snapshot stream runs in order.  G: that of the put of the layer
@@ -1036,13 +1073,23 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 	ret = p->error;
 	if (ret)
 		pma__err(ret, "checkpoint failed: %s", p->errmsg);
+	unsigned nthreads = p->nthreads;
 	pthread_mutex_unlock(&p->lock);
-	for (size_t k = 0; k < nw && !ret; k++)
-		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, k == 0 ? snapped : -1,
-				w[k].hash_event, w[k].first, w[k].n);
+	if (!ret && snapped >= 0)
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, snapped, -1, 0, 0);
+	for (size_t k = 0; k < nhash && !ret; k++)
+		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, -1, hash[k], 0, 0);
+	/*
+	 * Each writer's stream runs its jobs in the order they were taken, so
+	 * its last job's done event stands for all of them: one wait per
+	 * writer, not one per piece (~1500 for GPT-2 medium with AdamW).
+	 */
+	for (unsigned wr = 0; wr < nthreads && !ret; wr++)
+		if (last_order[wr])
+			ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, -1, -1, last_job[wr], 1);
 out:
 	free(ix);
-	free(w);
+	free(hash);
 	return ret;
 }
 
@@ -1117,6 +1164,8 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_first);
 	free(p->layer_event);
 	free(p->layer_direct);
+	free(p->job_writer);
+	free(p->job_order);
 	free(p->layer_njobs);
 	free(p->layer_started);
 	free(p->layer_id);

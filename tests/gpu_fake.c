@@ -102,6 +102,7 @@ struct pmck_gpu {
 };
 
 static atomic_ulong gpu_hashed; /* chunks the stand-in hashed "on the GPU" */
+static atomic_ulong caller_done_waits; /* jobs' done events callers' streams waited for */
 /* While set (under the gpu's lock), a writer's hash_wait holds until its hashes have run. */
 static int hold_hashes;
 static struct pmck_gpu *open_gpu; /* the last one opened, while it is open */
@@ -341,6 +342,7 @@ pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int 
 		run_snapshots_locked(g, snapshot_event);
 	if (first + n > g->njobs)
 		breach("a caller waiting for jobs that do not exist");
+	atomic_fetch_add(&caller_done_waits, n);
 	/* Each stream, up to the last copy of one of the jobs: their done events. */
 	for (unsigned k = 0; k < MAX_STREAMS; k++) {
 		struct pmck_gpu_stream *ws = g->streams[k];
@@ -962,8 +964,13 @@ test_source(const char *path, enum pmck_source src, uint64_t *step, int device_h
 	ret = pmck_pipeline_begin(p, *step);
 	if (!ret)
 		ret = put_all(p, 2);
+	unsigned long waits = atomic_load(&caller_done_waits);
 	if (!ret)
 		ret = pmck_pipeline_wait_layers_stream(p, halves_order, LAYERS, NULL);
+	waits = atomic_load(&caller_done_waits) - waits;
+	/* One done event per writer stands for all its jobs: its stream runs them in order. */
+	ok(waits <= o.threads, "%s: the caller's stream waits for %lu done events, at most one "
+			"per writer (%u)", name, waits, o.threads);
 	for (size_t i = 0; i < N && !ret; i++)
 		memset(dev[i], 0xee, nbytes[i]);
 	if (!ret)
