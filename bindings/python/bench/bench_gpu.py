@@ -14,8 +14,17 @@ skips where there is no GPU):
           hashing (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
           only flush) against the host's hashing, as speed (above 1: faster);
           also gpu_save_durable_device_hash_vs_pinned_d2h
+  ratio: gpu_save_threads{N}_vs_default   the same Store.save with N writer
+          threads (--alt-threads, default 12) against the store's default
+          count (--threads), as speed: pmck-pipebench's D copied faster with 12
+          writers than with 8 on the H100 machines (16 cores)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
+  ratio: gpu_dcp_save_vs_store_save       dcp.save (synchronous) of the same CUDA
+          state through pmckpt.dcp.StorageWriter into the same store, against
+          Store.save, as speed (goal: the same bandwidth, 1.0); and
+          gpu_dcp_save_pmckpt_vs_filesystem, the same call against dcp.save's own
+          FileSystemWriter into a directory on the same tmpfs
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
           like GPT-2 medium's with AdamW (1174 small tensors), against the same
           call without the store's memo of its previous save (call_cost)
@@ -43,9 +52,10 @@ Each figure is the median of --reps repetitions (the training ratios: of
 configurations checkpoint once in them, the every-step ones 10 times).
 --device cpu runs the same code on host tensors (with unpinned baselines): a
 dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
-[--train-reps N] [--call-reps N] [--threads N] [--no-train] [--device D]
+[--train-reps N] [--call-reps N] [--threads N] [--alt-threads N] [--no-train] [--device D]
 [--b32 CONFIGS] [--b8 CONFIGS]"""
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -190,6 +200,9 @@ def main():
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--threads", type=int, default=0,
                     help="the stores' writer threads (Store(threads=); 0: its default)")
+    ap.add_argument("--alt-threads", type=int, default=12,
+                    help="a third store's writer threads, saved in turn with the others "
+                         "(0: none)")
     ap.add_argument("--call-reps", type=int, default=20,
                     help="save_async calls timed with the store's memo and as many without")
     ap.add_argument("--train-reps", type=int, default=2,
@@ -243,25 +256,33 @@ def main():
         f()  # the baselines' first touch of their buffers, untimed, as the store's first save
     d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
+    dcp_save, dcp_fs_save = [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
+    import pmckpt.dcp  # noqa: F401  (pmckpt.dcp.StorageWriter)
     # The same saves with device hashing (the GPU hashes the sources; the library
     # reads PMCK_GPU_HASH when a store makes its pipeline, at its first save).
     old_env = bench_train.set_env({"PMCK_GPU_HASH": "device"})
     sd = pmckpt.Store(name="bench-gpu-dh", ramdisk=d, threads=a.threads)
     sd.save(st, 1)
     bench_train.restore_env(old_env)
-    save_dh = []
-    with sd, pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
+    save_dh, save_alt = [], []
+    alt = None
+    if a.alt_threads:
+        alt = pmckpt.Store(name="bench-gpu-alt", ramdisk=d, threads=a.alt_threads)
+        alt.save(st, 1)
+    with sd, alt or contextlib.nullcontext(), \
+            pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
+        turns = [(s, save), (sd, save_dh)] + ([(alt, save_alt)] if alt else [])
         phases = LoadPhases(s, dev)
         step = 1
         for rep in range(a.reps):
             d2h_t.append(timed(d2h, dev))
             d2h_flat_t.append(timed(d2h_flat, dev))
             step += 1
-            # The two hashings in turn, each first in every other repetition.
-            for store, times in ((s, save), (sd, save_dh))[::1 if rep % 2 == 0 else -1]:
+            # The stores in turn (two hashings, two writer counts), each first in turn.
+            for store, times in turns[rep % len(turns):] + turns[:rep % len(turns)]:
                 times.append(timed(lambda: store.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
@@ -279,6 +300,15 @@ def main():
             fut = dcp.async_save(st, checkpoint_id=os.path.join(d, f"dcp{step}"))
             dcp_stall.append(time.perf_counter() - t0)
             fut.result()
+            subprocess.run(["rm", "-rf", os.path.join(d, f"dcp{step}")])
+            # dcp.save (synchronous), through the store and through DCP's own writer
+            step += 1
+            dcp_save.append(timed(lambda: dcp.save(
+                st, storage_writer=pmckpt.dcp.StorageWriter(s, step=step),
+                checkpoint_id=str(step)), dev))
+            fs = os.path.join(d, f"dcpfs{step}")
+            dcp_fs_save.append(timed(lambda: dcp.save(st, checkpoint_id=fs), dev))
+            subprocess.run(["rm", "-rf", fs])
     flat_dev = flat_host = None  # 2 x nbytes freed before the training runs
     med = statistics.median
     d2h_best = min(med(d2h_t), med(d2h_flat_t))
@@ -290,6 +320,11 @@ def main():
     print(f"bench: gpu_save_durable_device_hash {nbytes / med(save_dh) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_save_durable_device_hash_vs_pinned_d2h {d2h_best / med(save_dh):.3f}")
     print(f"ratio: gpu_save_device_hash_vs_host_hash {med(save) / med(save_dh):.3f}")
+    if alt:
+        print(f"bench: gpu_save_durable_threads{a.alt_threads} "
+              f"{nbytes / med(save_alt) / 1e9:.2f} GB/s")
+        print(f"ratio: gpu_save_threads{a.alt_threads}_vs_default "
+              f"{med(save) / med(save_alt):.3f}")
     print(f"bench: gpu_load_into {nbytes / med(load) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_per_tensor {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
@@ -298,6 +333,10 @@ def main():
     print(f"bench: gpu_save_async_stall {med(stall) * 1e3:.2f} ms")
     print(f"bench: gpu_dcp_async_save_stall {med(dcp_stall) * 1e3:.2f} ms")
     print(f"ratio: gpu_stall_vs_dcp_async {med(stall) / med(dcp_stall):.4f}")
+    print(f"bench: gpu_dcp_save_pmckpt {nbytes / med(dcp_save) / 1e9:.2f} GB/s")
+    print(f"bench: gpu_dcp_save_filesystem {nbytes / med(dcp_fs_save) / 1e9:.2f} GB/s")
+    print(f"ratio: gpu_dcp_save_vs_store_save {med(save) / med(dcp_save):.3f}")
+    print(f"ratio: gpu_dcp_save_pmckpt_vs_filesystem {med(dcp_fs_save) / med(dcp_save):.3f}")
     subprocess.run(["rm", "-rf", d])
     call_cost(dev, a)
     if a.no_train:
