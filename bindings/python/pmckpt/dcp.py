@@ -245,7 +245,10 @@ class StorageWriter(_storage.StorageWriter):
             if item.index in planned:
                 results.append(_storage.WriteResult(index=item.index, size_in_bytes=n,
                                                     storage_data=(g.rank, key)))
-        self._payload = {"metadata": pickle.loads(g.metadata), "bytes": byts, "rank": g.rank,
+        # The coordinator stores DCP's own Metadata, which finish() hands it: its copy of the
+        # global plan's is not unpickled (a full Metadata: ~4 ms for 1172 tensors).
+        md = None if self.is_coordinator else pickle.loads(g.metadata)
+        self._payload = {"metadata": md, "bytes": byts, "rank": g.rank,
                          "world_size": g.world_size, "names": names}
         room = 2 * (len(g.metadata) + len(pickle.dumps(byts))) + (8 << 10)
         s = self.store
