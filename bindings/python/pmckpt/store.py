@@ -320,7 +320,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         with self._lock:
             targets = {}
             if into is not None:
-                fl = Flattener()
+                # The last save's memo (only read): into= is most often the state saved.
+                fl = Flattener(self._memo)
                 fl.encode(into)
                 targets = {e.name: e.tensor for e in fl.entries}
             early = None

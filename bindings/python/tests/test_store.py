@@ -190,6 +190,30 @@ def test_into_mismatch():
         s.load(into=wrong)
 
 
+def test_into_same_bytes():
+    """load(into=) checks dtype and shape even when the bytes would fit: a tensor of
+    into= with another dtype or shape of the same size is refused (LayoutError) and left
+    as it was; a non-contiguous one of the right shape is filled."""
+    g = torch.Generator().manual_seed(12)
+    st = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(6, generator=g)}
+    with pmckpt.Store(name="samebytes", ramdisk=D) as s:
+        s.save(st, 1)
+        for what, wrong in (("int32", torch.full((3, 4), 7, dtype=torch.int32)),
+                            ("4x3", torch.full((4, 3), 7.0))):
+            keep = wrong.clone()
+            try:
+                s.load(into={"a": wrong, "b": torch.zeros(6)})
+                return f"into= with a {what} tensor of the same bytes: no LayoutError"
+            except pmckpt.LayoutError:
+                pass
+            if not torch.equal(wrong, keep):
+                return f"the refused {what} tensor was written"
+        t = torch.zeros(4, 3).t()  # (3, 4), not contiguous
+        s.load(into={"a": t, "b": torch.zeros(6)})
+        if not torch.equal(t, st["a"]):
+            return "a non-contiguous tensor of into= was not filled"
+
+
 def test_parallel_copies():
     """Loads of more than a few MiB copy on several threads, in 8 MiB pieces:
     into existing tensors always, into new ones with >= 4 CPUs or
@@ -1051,6 +1075,8 @@ T.run("a save given the previous one's memo declares every tensor as a fresh one
 T.run("layout: store dtypes and shapes, one layer per module in module order", test_layout_and_layers)
 T.run("load(into=...) fills model and optimizer tensors in place", test_into)
 T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, test_into_mismatch)
+T.run("load(into=) with another dtype or shape of the same bytes: LayoutError, untouched",
+      test_into_same_bytes)
 T.run("loads of several MiB copy on several threads, correctly", test_parallel_copies)
 T.run("contiguous and dense CPU tensors are written from their own memory", test_zero_copy_sources)
 T.run("save_async + hook_optimizer: every checkpoint equals the state at its save", test_async_and_hook)
