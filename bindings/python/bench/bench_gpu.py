@@ -27,7 +27,8 @@ skips where there is no GPU):
           FileSystemWriter into a directory on the same tmpfs
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
           like GPT-2 medium's with AdamW (1174 small tensors), against the same
-          call without the store's memo of its previous save (call_cost)
+          call without the store's memo of its previous save (call_cost); and
+          load_into_call_vs_without_memo, load(into=) of that state, the same way
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -171,7 +172,7 @@ def call_cost(dev, a):
     st = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}
     ntensors = sum(1 for _ in bench_train.pmckpt_tensors(st))
     d = tempfile.mkdtemp(prefix="pmck-bench-call-", dir=a.shm)
-    memo, cold = [], []
+    memo, cold, load_memo, load_cold = [], [], [], []
     try:
         with pmckpt.Store(name="bench-call", ramdisk=d) as s:
             s.save(st, 1)
@@ -184,12 +185,21 @@ def call_cost(dev, a):
                 h = s.save_async(st, i)
                 (cold if forget else memo).append(time.perf_counter() - t0)
                 h.wait()
+            # load(into=) of the same state: into='s walk with the memo, and without it
+            kept = s._memo
+            for i in range(2 * a.call_reps):
+                s._memo = None if i % 2 else kept
+                (load_cold if i % 2 else load_memo).append(timed(lambda: s.load(into=st), dev))
+            s._memo = kept
     finally:
         subprocess.run(["rm", "-rf", d])
     med = statistics.median
     print(f"bench: save_async_call_{ntensors}_tensors {med(memo) * 1e3:.2f} ms")
     print(f"bench: save_async_call_{ntensors}_tensors_without_memo {med(cold) * 1e3:.2f} ms")
     print(f"ratio: save_async_call_vs_without_memo {med(memo) / med(cold):.3f}")
+    print(f"bench: load_into_call_{ntensors}_tensors {med(load_memo) * 1e3:.2f} ms")
+    print(f"bench: load_into_call_{ntensors}_tensors_without_memo {med(load_cold) * 1e3:.2f} ms")
+    print(f"ratio: load_into_call_vs_without_memo {med(load_memo) / med(load_cold):.3f}")
 
 
 def main():

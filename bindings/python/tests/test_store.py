@@ -17,7 +17,7 @@ import torch
 
 import pmckpt
 from pmckpt import _lib
-from pmckpt._state import Flattener, assign_entry_layers
+from pmckpt._state import Decoder, Flattener, assign_entry_layers
 from pmckpt._lib import lib
 
 from common import clone, mlp, one_step, same, train_state
@@ -212,6 +212,22 @@ def test_into_same_bytes():
         s.load(into={"a": t, "b": torch.zeros(6)})
         if not torch.equal(t, st["a"]):
             return "a non-contiguous tensor of into= was not filled"
+
+
+def test_decoder_malformed():
+    """A tree that no save writes is refused with CorruptError, never half decoded."""
+    for tree in ([1, 2], {"d": None}, {"zz": 1}, {"d": [["k", [1]]]}, {"l": [{"q": 0}]},
+                 {"t": [[3]]}):
+        try:
+            Decoder(lambda n: n).decode(tree)
+            return f"{tree!r} decoded"
+        except pmckpt.CorruptError:
+            pass
+    ok = Decoder(lambda n: "<" + n + ">").decode(
+        {"od": [["a", {"T": "x"}], [{"t": [1, "b"]}, {"l": [None, True, 2.5, {"f": "inf"}]}]]})
+    want = {"a": "<x>", (1, "b"): [None, True, 2.5, float("inf")]}
+    if ok != want or type(ok).__name__ != "OrderedDict":
+        return f"decoded {ok!r}"
 
 
 def test_parallel_copies():
@@ -1077,6 +1093,7 @@ T.run("load(into=...) fills model and optimizer tensors in place", test_into)
 T.raises("load(into=...) with another shape: LayoutError", pmckpt.LayoutError, test_into_mismatch)
 T.run("load(into=) with another dtype or shape of the same bytes: LayoutError, untouched",
       test_into_same_bytes)
+T.run("a malformed metadata tree: CorruptError", test_decoder_malformed)
 T.run("loads of several MiB copy on several threads, correctly", test_parallel_copies)
 T.run("contiguous and dense CPU tensors are written from their own memory", test_zero_copy_sources)
 T.run("save_async + hook_optimizer: every checkpoint equals the state at its save", test_async_and_hook)
