@@ -67,6 +67,7 @@ import time
 import torch
 
 import pmckpt
+import pmckpt.dcp  # noqa: F401  (pmckpt.dcp.StorageWriter)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -269,7 +270,6 @@ def main():
     dcp_save, dcp_fs_save = [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
-    import pmckpt.dcp  # noqa: F401  (pmckpt.dcp.StorageWriter)
     # The same saves with device hashing (the GPU hashes the sources; the library
     # reads PMCK_GPU_HASH when a store makes its pipeline, at its first save).
     old_env = bench_train.set_env({"PMCK_GPU_HASH": "device"})

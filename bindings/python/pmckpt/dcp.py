@@ -217,7 +217,10 @@ class StorageWriter(_storage.StorageWriter):
     def write_data(self, plan, planner):
         try:
             with gc_paused():
-                return self._write_data(plan, planner)
+                fut = self._write_data(plan, planner)
+            if not self.is_coordinator:
+                self._commit()  # its wait outside the pause: DCP's async thread may run it
+            return fut
         finally:
             if self._pending is not None and not self._pending.settled:
                 self._pending.release()  # failed before its begin: the hooks go on
@@ -269,8 +272,6 @@ class StorageWriter(_storage.StorageWriter):
             self._handle = None
             raise Error(f"DCP checkpoint of step {step} skipped: the previous one is still "
                         "being written (Store(on_busy='skip'))")
-        if not self.is_coordinator:
-            self._commit()
         fut = Future()
         fut.set_result(results)
         return fut
