@@ -996,7 +996,6 @@ snapshot_untaken_locked(struct pmck_pipeline *p, const uint32_t *ix, size_t n)
 	return ret;
 }
 
-
 int
 pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers, size_t n,
 		void *cuda_stream)
