@@ -13,8 +13,10 @@
 # GPU_KIT_BENCH_ARGS: extra arguments of bench_gpu.py (e.g. --no-train).
 # GPU_KIT_PIPEBENCH_THREADS: writer counts pmck-pipebench also runs with (--gpu-threads),
 # after its default run (e.g. "4 12 16"; each about 6 s on an H100).
-# GPU_KIT_TIMEOUT_PIPELINE, GPU_KIT_TIMEOUT_TESTS: seconds for gpu_pipeline (180) and
-# test_gpu.py (300): shorter where a hang must not eat a short lease.
+# GPU_KIT_TIMEOUT_PIPELINE, GPU_KIT_TIMEOUT_TESTS, GPU_KIT_TIMEOUT_BENCH: seconds for
+# gpu_pipeline (180), test_gpu.py (300) and bench_gpu.py (480; each batch's training run
+# inside it has 300, --train-timeout): shorter where a hang must not eat a short lease.
+# Python runs unbuffered, so a step cut short keeps what it printed.
 # Everything goes to $OUT (the device tool brings it back), one file per step, and run.log.
 K=$(cd "$(dirname "$0")" && pwd)
 what=${1:-all}
@@ -42,8 +44,9 @@ fi
 py() {
 	local t=$1
 	shift
+	# unbuffered: what a run cut short by its timeout printed is still in its file
 	(cd "$K/py/tests" && env -u PMCKPT_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$T" \
-		timeout "$t" python3 "$@")
+		PYTHONUNBUFFERED=1 timeout "$t" python3 "$@")
 }
 
 if [ "$what" = profile ]; then
@@ -70,7 +73,7 @@ if [ "$what" != bench ]; then
 fi
 if [ "$what" != checks ]; then
 	step "bench_gpu.py (save, load, stall, training at batch 8 and 32)"
-	py 420 ../bench/bench_gpu.py ${GPU_KIT_BENCH_ARGS:-} >"$OUT/bench_gpu.txt" 2>&1
+	py "${GPU_KIT_TIMEOUT_BENCH:-480}" ../bench/bench_gpu.py ${GPU_KIT_BENCH_ARGS:-} >"$OUT/bench_gpu.txt" 2>&1
 	echo "rc $?"; grep -E '^(bench|ratio):' "$OUT/bench_gpu.txt"
 	# Once with the default writers, then once per GPU_KIT_PIPEBENCH_THREADS value.
 	for t in default ${GPU_KIT_PIPEBENCH_THREADS:-}; do

@@ -88,6 +88,11 @@ def state(mb, dev):
     return out
 
 
+def _text(b):
+    """A TimeoutExpired's captured output (bytes, whatever text= said) as text."""
+    return b.decode(errors="replace") if isinstance(b, bytes) else b or ""
+
+
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -113,7 +118,7 @@ class LoadPhases:
     benchmark's only uses of them."""
 
     def __init__(self, store, dev):
-        self.verify, self.copies, self._events = [], [], []
+        self.verify, self.copies, self.setup, self._events = [], [], [], []
         self.on = False
         recover, early = store._recover, store._start_early_copies
 
@@ -130,10 +135,13 @@ class LoadPhases:
                 return early(targets)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
+            t0 = time.perf_counter()
             out = early(targets)
             e1.record()
             if out is not None:  # None: the load copies after verification, as before
                 self._events.append((e0, e1))
+                # the host's part (lookups, the scratch buffer), which the GPU time includes
+                self.setup.append(time.perf_counter() - t0)
             return out
 
         store._recover, store._start_early_copies = timed_recover, timed_early
@@ -146,7 +154,9 @@ class LoadPhases:
         if self.verify:
             print(f"bench: gpu_load_verify {med(self.verify) * 1e3:.2f} ms")
         if self.copies:
-            print(f"bench: gpu_load_early_copies {med(self.copies) * 1e3:.2f} ms")
+            print(f"bench: gpu_load_early_copies {med(self.copies) * 1e3:.2f} ms "
+                  f"(of which the host's setup, until the last copy was queued: "
+                  f"{med(self.setup) * 1e3:.2f} ms)")
         if self.verify and self.copies:
             print(f"ratio: gpu_load_verify_vs_early_copies "
                   f"{med(self.verify) / med(self.copies):.3f}")
@@ -219,6 +229,9 @@ def main():
     ap.add_argument("--train-reps", type=int, default=2,
                     help="bench_train.py's repetitions (DCP every step takes ~5 s a step at "
                          "batch 8 on an H100)")
+    ap.add_argument("--train-timeout", type=int, default=300,
+                    help="seconds for each batch's bench_train.py run: what it printed by "
+                         "then is still reported")
     ap.add_argument("--shm", default="/dev/shm")
     ap.add_argument("--b32", default="none,pm_every1",
                     help="bench_train.py configurations at batch 32 (--b32= for none)")
@@ -319,7 +332,9 @@ def main():
             fs = os.path.join(d, f"dcpfs{step}")
             dcp_fs_save.append(timed(lambda: dcp.save(st, checkpoint_id=fs), dev))
             subprocess.run(["rm", "-rf", fs])
-    flat_dev = flat_host = None  # 2 x nbytes freed before the training runs
+    # The state, its host copies and the baselines' buffers freed before the training runs
+    # (their processes need the device memory); the figures below need only the times.
+    flat_dev = flat_host = st = host = None
     med = statistics.median
     d2h_best = min(med(d2h_t), med(d2h_flat_t))
     h2d_best = min(med(h2d_t), med(h2d_flat_t))
@@ -351,6 +366,8 @@ def main():
     call_cost(dev, a)
     if a.no_train:
         return 0
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()  # what torch's allocator kept of the above, for bench_train
 
     names = {("32", "train_tput_ckpt_every_step_vs_none"): "gpu_train_every_step_vs_none_b32",
              ("8", "train_tput_ckpt_every_step_vs_none"): "gpu_train_every_step_vs_none_b8",
@@ -385,15 +402,25 @@ def main():
     for batch, configs in (("32", a.b32), ("8", a.b8)):
         if not configs:
             continue
-        out = subprocess.run([sys.executable, os.path.join(HERE, "bench_train.py"), "--device",
-                              a.device, "--ranks", "0", "--batch", batch, "--steps", "10",
-                              "--warmup", "3", "--reps", str(a.train_reps), "--configs",
-                              configs, "--threads", str(a.threads)],
-                             capture_output=True, text=True)
+        cmd = [sys.executable, os.path.join(HERE, "bench_train.py"), "--device", a.device,
+               "--ranks", "0", "--batch", batch, "--steps", "10", "--warmup", "3", "--reps",
+               str(a.train_reps), "--configs", configs, "--threads", str(a.threads)]
+        try:  # unbuffered: a run cut short by the timeout still gives what it printed
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.train_timeout,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired as e:
+            out = subprocess.CompletedProcess(cmd, -9, _text(e.stdout), _text(e.stderr))
+            print(f"bench: bench_train batch {batch} timed out after {a.train_timeout} s")
         for line in out.stdout.splitlines():
             w = line.split()
-            if line.startswith("ratio: ") and (batch, w[1]) in names:
-                print(f"ratio: {names[(batch, w[1])]} {' '.join(w[2:])}")
+            if line.startswith("ratio: "):
+                # a name bench_gpu does not map is passed through with the batch
+                name = names.get((batch, w[1]), f"gpu_{w[1]}_b{batch}")
+                print(f"ratio: {name} {' '.join(w[2:])}")
+            elif line.startswith("bench: config "):
+                print(f"bench: b{batch} {line[len('bench: '):]}")
+            elif line.startswith("  rep "):  # progress: how far a run cut short got
+                print(f"# b{batch} {line.strip()}")
             elif line.startswith("bench: cost"):
                 print(f"bench: cost b{batch} {line[len('bench: cost '):]}")
             elif line.startswith("bench: train model"):

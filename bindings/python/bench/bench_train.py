@@ -66,6 +66,7 @@ Adam states, checkpointed from device memory) exists but is unverified here.
 """
 import argparse
 import cProfile
+import gc
 import io
 import math
 import os
@@ -76,6 +77,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 
 import torch
@@ -189,6 +191,16 @@ class Job:
         self.step = 0
         self.amp = device.type == "cuda"
         self.t_fb = self.t_opt = 0.0
+        # CUDA: events around each step's forward+backward and optimizer step on the
+        # current stream (the host's times above are launch times there, and the
+        # optimizer's stream-ordered wait for a checkpoint's copies shows only on the GPU)
+        self.events = []
+
+    def gpu_times(self):
+        """(forward+backward, optimizer step) GPU seconds of the steps since events was
+        emptied; the caller has synchronized."""
+        fb = sum(e0.elapsed_time(e1) for e0, e1, _ in self.events) / 1e3
+        return fb, sum(e1.elapsed_time(e2) for _, e1, e2 in self.events) / 1e3
 
     def nparams(self):
         return sum(p.numel() for p in self.module.parameters())
@@ -197,17 +209,25 @@ class Job:
         toks = torch.randint(self.vocab, (self.batch, self.seq + 1), generator=self.gen)
         toks = toks.to(self.device, non_blocking=True)
         x, y = toks[:, :-1], toks[:, 1:]
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self.amp else None
         t0 = time.perf_counter()
+        if ev:
+            ev[0].record()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             logits = self.model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         t1 = time.perf_counter()
+        if ev:
+            ev[1].record()
         self.opt.step()  # pmckpt: the hook waits here for the layers it updates
         self.sched.step()
         self.step += 1
         t2 = time.perf_counter()
+        if ev:
+            ev[2].record()
+            self.events.append(ev)
         self.t_fb += t1 - t0
         self.t_opt += t2 - t1
         return loss
@@ -468,7 +488,7 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
             torch.cuda.synchronize()
         if world > 1:
             torch.distributed.barrier(ddp_group)
-        s0, job.t_fb, job.t_opt = ck.stats(), 0.0, 0.0
+        s0, job.t_fb, job.t_opt, job.events = ck.stats(), 0.0, 0.0, []
         if getattr(ck, "prof", None):
             ck.prof = cProfile.Profile()  # the measured steps' calls only
         c0 = thread_cpu()
@@ -480,6 +500,7 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         if device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        gpu = job.gpu_times() if job.events else None
         cpu = cpu_delta(c0, thread_cpu(), main)
         s1 = ck.stats()
         st = {k: s1[k] - s0.get(k, 0) for k in s1}
@@ -490,6 +511,8 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         ck.close()
     r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
          "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st}
+    if gpu:
+        r["gpu_fb"], r["gpu_opt"] = gpu
     return r, job.nparams()
 
 
@@ -581,10 +604,21 @@ def main():
     R = {}
     if a.configs:  # not counted: first-time costs of torch (allocator, kernels)
         run("none", a, device, -1)
+    failed = 0
     for rep in range(a.reps):
         order = a.configs if rep % 2 == 0 else a.configs[::-1]
         for cfg in order:
-            r, _ = run(cfg, a, device, rep)
+            try:
+                r, _ = run(cfg, a, device, rep)
+            except Exception as e:  # one configuration's failure: the others still measure
+                traceback.print_exc()
+                print(f"bench: config {cfg} failed (repetition {rep}): {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}", flush=True)
+                failed += 1
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # what it held, for the next configuration
+                continue
             R.setdefault(cfg, []).append(r)
             print(f"  rep {rep} {cfg}: {r['tput']:.1f} tokens/s", flush=True)
     MR = multirank(a) if a.ranks > 1 and a.mr_configs else {}
@@ -607,6 +641,9 @@ def main():
         steps = a.steps
         parts = [f"fwd+bwd {med(rs, 'fb') / steps * 1e3:.0f}",
                  f"opt.step {med(rs, 'opt') / steps * 1e3:.1f}"]
+        if "gpu_fb" in rs[0]:
+            parts.append(f"on the GPU: fwd+bwd {med(rs, 'gpu_fb') / steps * 1e3:.1f}, "
+                         f"opt.step {med(rs, 'gpu_opt') / steps * 1e3:.1f}")
         if "wait_s" in rs[0]:
             parts.append(f"hook+begin wait {med(rs, 'wait_s') / steps * 1e3:.1f}")
         if "call_s" in rs[0]:
@@ -669,6 +706,7 @@ def main():
             print(f"bench: train_tput_{name} {med(R[cfg], 'tput') / med(R['none'], 'tput'):.3f}")
     ratio("train_tput_multirank_every_step_vs_none", "mr_pm_every1", "mr_none", MR)
     ratio("train_tput_multirank_every10_vs_none", "mr_pm_every10", "mr_none", MR)
+    return 1 if failed else 0  # after every figure the others gave
 
 
 def pmckpt_tensors(v):
