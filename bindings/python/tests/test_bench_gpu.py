@@ -2,7 +2,9 @@
 """bench_gpu.py runs only on a lent GPU machine, where a crash costs a whole device
 session: here it is run as far as a machine without a GPU takes it.  Its CUDA branch up
 to the library's own check (torch made to see a device), then a dry run on host
-tensors that must print every ratio line the next GPU session reads."""
+tensors that must print every ratio line the next GPU session reads; and
+bench_train.py, which it runs for the training figures, with the configurations the
+next GPU session runs, two steps each on the CPU."""
 import contextlib
 import io
 import os
@@ -60,6 +62,31 @@ def test_dry_run():
     T.diag(" ".join(f"{k} {v}" for k, v in got.items()))
 
 
+TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
+                 "pmsow_every1": "train_tput_snapshot_on_wait_every_step_vs_none",
+                 "pmqsow_every1": "train_tput_queue_snapshot_on_wait_every_step_vs_none",
+                 "pmdh_every1": "train_tput_device_hash_every_step_vs_none"}
+
+
+def test_train_dry_run():
+    """bench_train.py --device cpu: a cost line per configuration, its ratio lines."""
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--device", "cpu",
+                        "--ranks", "0", "--steps", "2", "--warmup", "1", "--reps", "1",
+                        "--configs", ",".join(["none", *TRAIN_CONFIGS])],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        return f"rc {p.returncode}: {p.stderr[-2000:]}"
+    lines = p.stdout.splitlines()
+    for cfg in ["none", *TRAIN_CONFIGS]:
+        if not any(ln.startswith(f"bench: cost {cfg}: ") for ln in lines):
+            return f"no cost line for {cfg}:\n{p.stdout}"
+    for cfg, ratio in TRAIN_CONFIGS.items():
+        if not any(ln.startswith(f"ratio: {ratio} ") for ln in lines):
+            return f"no ratio line {ratio} ({cfg}):\n{p.stdout}"
+    if not any("ckpt call by phase" in ln for ln in lines):
+        return f"no checkpoint call split by phase:\n{p.stdout}"
+
+
 if torch.cuda.is_available():
     T.skip("bench_gpu.py's CUDA branch up to the library's check", "a GPU is present: "
            "make bench-gpu runs it")
@@ -67,4 +94,6 @@ else:
     T.run("bench_gpu.py's CUDA branch, torch seeing a device: the library's check skips it",
           test_cuda_branch)
 T.run("bench_gpu.py --device cpu: a dry run prints every ratio line", test_dry_run)
+T.run("bench_train.py --device cpu, the next GPU session's configurations: cost and ratio "
+      "lines", test_train_dry_run)
 T.done()
