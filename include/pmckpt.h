@@ -528,7 +528,8 @@ int pmck_pipeline_wait_layer(struct pmck_pipeline *p, uint32_t layer);
  * never waits: its snapshot is enqueued by put_layer; with
  * opts.snapshot_on_wait the pieces no writer has taken are snapshotted
  * instead, see pmck_pipeline_wait_layers_stream).  Persisting goes on in
- * the background; a failure is reported by a later wait.  Host sources: pmck_pipeline_wait_layer.
+ * the background; a failure is reported by a later wait.  Host sources:
+ * pmck_pipeline_wait_layer.
  * Errors: -EINVAL (layer unknown), the checkpoint's error if it already
  * failed, -EIO from CUDA.  The caller's current device is left as it was.
  */

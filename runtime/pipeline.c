@@ -98,13 +98,12 @@ struct pmck_pipeline {
 	uint32_t *layer_event;   /* GPU sources: the ready/snapshot event of the layer's put */
 	/*
 	 * GPU sources: job seq's copies were enqueued by writer job_writer[seq]
-	 * (NO_WRITER: none were), as that writer's job_order[seq]-th job, on its
-	 * stream, which runs them in that order: a caller's stream waits only
-	 * for the last of each writer's jobs it needs (wait_layers_stream).
+	 * (NO_WRITER: none were) on its stream.  Writers take jobs from the
+	 * queue in seq order, so each stream runs its jobs in seq order: a
+	 * caller's stream waits only for each writer's highest seq among the
+	 * jobs it needs (wait_layers_stream).
 	 */
 	uint8_t *job_writer;
-	uint64_t *job_order;
-	uint64_t writer_jobs[MAX_THREADS];
 	/*
 	 * Snapshots on wait: the layer's first layer_direct jobs read the source;
 	 * the others (a suffix) were snapshotted by a wait.  snapshot_used bytes
@@ -190,8 +189,6 @@ static void
 job_started_locked(struct pmck_pipeline *p, const struct job *j, unsigned self)
 {
 	p->job_writer[j->seq] = (uint8_t)self;
-	if (self != NO_WRITER)
-		p->job_order[j->seq] = ++p->writer_jobs[self];
 	if (j->snapped < 0 && ++p->layer_started[j->layer] == p->layer_direct[j->layer])
 		pthread_cond_broadcast(&p->done);
 }
@@ -580,8 +577,7 @@ open_gpu(struct pmck_pipeline *p)
 	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
 			most, p->nlayers, p->qcap, &p->gpu);
 	p->job_writer = malloc(p->qcap ? p->qcap : 1);
-	p->job_order = malloc((p->qcap ? p->qcap : 1) * sizeof(*p->job_order));
-	if (!ret && (!p->job_writer || !p->job_order))
+	if (!ret && !p->job_writer)
 		ret = pma__err(-ENOMEM, "out of memory");
 	if (!ret && p->gpu_hash)
 		ret = open_gpu_hash(p);
@@ -1007,13 +1003,13 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 	/*
 	 * What the caller's stream waits for, taken under the lock and waited
 	 * for outside it: hash events (one per distinct put), and per writer
-	 * the last of its jobs that read these layers' sources (last_job;
-	 * last_order 0: none).
+	 * the last of its jobs that read these layers' sources (-1: none).
 	 */
 	uint32_t *ix = malloc((n ? n : 1) * sizeof(*ix));
 	int *hash = malloc((n ? n : 1) * sizeof(*hash));
-	uint64_t last_order[MAX_THREADS] = {0};
-	uint32_t last_job[MAX_THREADS];
+	int64_t last_job[MAX_THREADS];
+	for (unsigned wr = 0; wr < MAX_THREADS; wr++)
+		last_job[wr] = -1;
 	if (!ix || !hash) {
 		free(ix);
 		free(hash);
@@ -1052,10 +1048,8 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 		for (uint32_t seq = p->layer_first[l]; !snapshot && seq < p->layer_first[l] +
 				p->layer_direct[l]; seq++) {
 			unsigned wr = p->job_writer[seq];
-			if (wr != NO_WRITER && p->job_order[seq] > last_order[wr]) {
-				last_order[wr] = p->job_order[seq];
+			if (wr != NO_WRITER && (int64_t)seq > last_job[wr])
 				last_job[wr] = seq;
-			}
 		}
 		/*
 		 * One snapshot event covers every one recorded before it: the
@@ -1079,13 +1073,14 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 	for (size_t k = 0; k < nhash && !ret; k++)
 		ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, -1, hash[k], 0, 0);
 	/*
-	 * Each writer's stream runs its jobs in the order they were taken, so
-	 * its last job's done event stands for all of them: one wait per
-	 * writer, not one per piece (~1500 for GPT-2 medium with AdamW).
+	 * Each writer's stream runs its jobs in seq order, so its last job's
+	 * done event stands for all of them: one wait per writer, not one per
+	 * piece (~1500 for GPT-2 medium with AdamW).
 	 */
 	for (unsigned wr = 0; wr < nthreads && !ret; wr++)
-		if (last_order[wr])
-			ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, -1, -1, last_job[wr], 1);
+		if (last_job[wr] >= 0)
+			ret = pmck__gpu_caller_wait(p->gpu, cuda_stream, -1, -1,
+					(size_t)last_job[wr], 1);
 out:
 	free(ix);
 	free(hash);
@@ -1164,7 +1159,6 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->layer_event);
 	free(p->layer_direct);
 	free(p->job_writer);
-	free(p->job_order);
 	free(p->layer_njobs);
 	free(p->layer_started);
 	free(p->layer_id);

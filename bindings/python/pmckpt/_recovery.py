@@ -310,41 +310,40 @@ class _Recovery:
         _, jlen, blen = struct.unpack("<8sQQ", head)
         return parse_blob(ctypes.string_at(ptr, min(24 + jlen + blen, self._layout.capacity())))
 
-    def _tensor_view(self, name, info):
-        """A tensor viewing the recovered checkpoint's bytes of `name` in the
-        region (no copy; valid until the next save), with its dtype, shape and strides."""
+    def _stored(self, name, info):
+        """(index, TensorInfo, shape, dtype) of tensor `name` in the recovered checkpoint."""
         s = self._h.store
         idx = lib.pmck_store_find(s, name.encode())
         if idx < 0:
             raise CorruptError(f"checkpoint metadata names tensor '{name}', which the store lacks")
         ti = _lib.TensorInfo()
         check(lib.pmck_store_tensor(s, idx, byref(ti)))
-        shape, dtype = _shape_dtype(ti, info)
+        return (idx, ti, *_shape_dtype(ti, info))
+
+    def _tensor_view(self, name, info, stored=None):
+        """A tensor viewing the recovered checkpoint's bytes of `name` in the
+        region (no copy; valid until the next save), with its dtype, shape and
+        strides.  stored: what _stored(name, info) returned, if the caller has it."""
+        idx, ti, shape, dtype = stored or self._stored(name, info)
         stride = info.get("stride")
         if ti.nbytes == 0:
             return idx, ti, torch.empty_strided(shape, stride, dtype=dtype) if stride \
                 else torch.empty(shape, dtype=dtype)
-        u8 = _u8_view(lib.pmck_store_tensor_data(s, idx), ti.nbytes)
+        u8 = _u8_view(lib.pmck_store_tensor_data(self._h.store, idx), ti.nbytes)
         flat = u8.view(dtype)
         view = flat.as_strided(shape, stride) if stride else flat.reshape(shape)
         return idx, ti, view
 
     def _load_tensor(self, name, info, dst, map_location, copier):
+        stored = idx, ti, shape, dtype = self._stored(name, info)
         if dst is not None and dst.device.type == "cpu" and "stride" not in info and \
-                dst.is_contiguous():
+                dst.is_contiguous() and dst.dtype == dtype and dst.shape == shape and \
+                dst.numel() * dst.element_size() == ti.nbytes:
             # The common case without a view of the region: a contiguous host tensor of
-            # into= that the checkpoint holds as it is (the dtype and shape still checked).
-            s = self._h.store
-            idx = lib.pmck_store_find(s, name.encode())
-            if idx >= 0:
-                ti = _lib.TensorInfo()
-                check(lib.pmck_store_tensor(s, idx, byref(ti)))
-                shape, dtype = _shape_dtype(ti, info)
-                if dst.dtype == dtype and dst.shape == shape and \
-                        dst.numel() * dst.element_size() == ti.nbytes:
-                    copier.add(dst.data_ptr(), lib.pmck_store_tensor_data(s, idx), ti.nbytes)
-                    return dst
-        idx, ti, src = self._tensor_view(name, info)
+            # into= of the dtype and shape the checkpoint holds, copied by address.
+            copier.add(dst.data_ptr(), lib.pmck_store_tensor_data(self._h.store, idx), ti.nbytes)
+            return dst
+        _, _, src = self._tensor_view(name, info, stored)
         fresh = dst is None
         if fresh:
             dev = map_location if map_location is not None else info.get("dev", "cpu")
