@@ -418,8 +418,11 @@ struct pmck_pipeline_opts {
  * (every GPU source but the staged one; an experiment, off by default:
  * docs/gpu.md).
  * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB or PMCK_GPU_HASH, named in
- * the message), -ENOMEM, -EAGAIN (threads), -ENODEV (GPU path unavailable:
- * built without CUDA, no driver or no device; the message says which).
+ * the message), -ENOMEM (host memory, or device memory for the snapshot
+ * strategy's or snapshot_on_wait's buffer: the message gives the bytes
+ * asked and free), -EAGAIN (threads), -ENODEV (GPU path unavailable:
+ * built without CUDA, no driver or no device; the message says which),
+ * -EIO from CUDA.
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);

@@ -84,17 +84,35 @@ struct pmck_gpu_stream {
 	unsigned nsub;
 };
 
+/*
+ * Reports a failed runtime call.  It also consumes the thread's last error,
+ * which the call set: otherwise the next launch's cudaGetLastError on this
+ * thread (a writer's next checkpoint, say) would report it again as its own.
+ * A sticky error (the context is lost) stays for every later call anyway.
+ */
 static int
 cuda_fail(cudaError_t e, const char *what)
 {
+	(void)cudaGetLastError();
 	int code = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
 			e == cudaErrorInvalidDevice || e == cudaErrorInitializationError ?
-			-ENODEV : -EIO;
+			-ENODEV : e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 	return pmck__err(code, "GPU path: %s failed: %s (%s)", what, cudaGetErrorName(e),
 			cudaGetErrorString(e));
 }
 
 #define CUDA_TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail(e_, #call); } while (0)
+
+/*
+ * A kernel launch reports its own failure only through cudaGetLastError, which
+ * returns any earlier unconsumed error of the thread too (one that a cleanup
+ * call ignored): cleared before each launch, so what is read after it is the
+ * launch's.
+ */
+#define LAUNCH(kernel, grid, block, stream, ...) do { (void)cudaGetLastError(); \
+	kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
+	cudaError_t e_ = cudaGetLastError(); \
+	if (e_ != cudaSuccess) return cuda_fail(e_, #kernel " launch"); } while (0)
 
 /*
  * Makes `device` current for a scope and restores the caller's device at
@@ -181,7 +199,16 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned
 	g->ndone = made;
 	if (ret || !snapshot_bytes)
 		return ret;
-	CUDA_TRY(cudaMalloc((void **)&g->snapshot, snapshot_bytes));
+	cudaError_t e = cudaMalloc((void **)&g->snapshot, snapshot_bytes);
+	if (e != cudaSuccess) {
+		size_t free_bytes = 0, total = 0;
+		(void)cudaGetLastError();
+		(void)cudaMemGetInfo(&free_bytes, &total);
+		return pmck__err(e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO,
+				"GPU path: %zu bytes of device memory for snapshots (the snapshot "
+				"strategy, or snapshot_on_wait): %s; %zu of %zu bytes free",
+				snapshot_bytes, cudaGetErrorString(e), free_bytes, total);
+	}
 	CUDA_TRY(cudaStreamCreateWithFlags(&g->snap_stream, cudaStreamNonBlocking));
 	/* Each source in pieces of PMCK_GPU_SNAP_PIECE: at most one more piece than whole ones. */
 	g->ncopies = snapshot_bytes / PMCK_GPU_SNAP_PIECE + nsources;
@@ -227,6 +254,16 @@ pmck__gpu_close(struct pmck_gpu **gp)
 		return;
 	{
 		device_scope scope(g->device);
+		/*
+		 * A failed checkpoint's writers skip their jobs and never wait for
+		 * its snapshot or hash kernels, which may still read the lists and
+		 * write the buffers freed below: they end first.
+		 */
+		if (g->snap_stream)
+			cudaStreamSynchronize(g->snap_stream);
+		for (unsigned k = 0; k < HASH_STREAMS; k++)
+			if (g->hash_stream[k])
+				cudaStreamSynchronize(g->hash_stream[k]);
 		for (unsigned l = 0; l < g->nready; l++)
 			cudaEventDestroy(g->ready[l]);
 		for (size_t j = 0; j < g->ndone; j++)
@@ -281,6 +318,9 @@ pmck__gpu_stream_delete(struct pmck_gpu_stream **wsp)
 
 	if (!ws)
 		return;
+	/* Normally idle: copies still in flight (after an error) end before the region goes. */
+	if (ws->stream)
+		cudaStreamSynchronize(ws->stream);
 	for (unsigned i = 0; i < ws->nsub; i++)
 		cudaEventDestroy(ws->sub[i]);
 	if (ws->stream)
@@ -332,9 +372,8 @@ enqueue_copy(struct pmck_gpu_stream *ws, enum pmck_gpu_copy how, char *dst, cons
 	char *ddst = g->dev_base + (dst - g->host_base);
 	if (how == PMCK_GPU_KERNEL && (uintptr_t)ddst % 16 == 0 && (uintptr_t)src % 16 == 0) {
 		size_t words = len / 16, tail = len - words * 16;
-		copy_to_host_memory<<<264, 512, 0, ws->stream>>>((uint4 *)ddst, (const uint4 *)src,
-				words, ddst + words * 16, src + words * 16, tail);
-		CUDA_TRY(cudaGetLastError());
+		LAUNCH(copy_to_host_memory, 264, 512, ws->stream, (uint4 *)ddst,
+				(const uint4 *)src, words, ddst + words * 16, src + words * 16, tail);
 	} else {
 		CUDA_TRY(cudaMemcpyAsync(ddst, src, len, cudaMemcpyDeviceToDevice, ws->stream));
 	}
@@ -500,9 +539,8 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 		CUDA_TRY(cudaEventRecord(g->copies_read, g->snap_stream));
 		size_t blocks = end - first < (size_t)g->snap_blocks ? end - first :
 				(size_t)g->snap_blocks;
-		copy_snapshot_pieces<<<(unsigned)blocks, 512, 0, g->snap_stream>>>(
+		LAUNCH(copy_snapshot_pieces, (unsigned)blocks, 512, g->snap_stream,
 				g->copies_dev + first, end - first);
-		CUDA_TRY(cudaGetLastError());
 	}
 	CUDA_TRY(cudaEventRecord(g->snapped[event], g->snap_stream));
 	return 0;
@@ -636,8 +674,8 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
 	if (n) {
 		size_t blocks = (n + 7) / 8 < (size_t)g->hash_blocks ? (n + 7) / 8 :
 				(size_t)g->hash_blocks;
-		hash_chunks<<<(unsigned)blocks, 256, 0, st>>>(g->hash_list_dev + first, n, g->secret);
-		CUDA_TRY(cudaGetLastError());
+		LAUNCH(hash_chunks, (unsigned)blocks, 256, st, g->hash_list_dev + first, n,
+				g->secret);
 	}
 	CUDA_TRY(cudaEventRecord(g->hashed[event], st));
 	return 0;

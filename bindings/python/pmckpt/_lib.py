@@ -383,3 +383,4 @@ def strerror(rc):
 
 ENOENT = -_errno.ENOENT
 EINVAL = -_errno.EINVAL
+ENOMEM = -_errno.ENOMEM

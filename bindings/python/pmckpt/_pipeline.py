@@ -93,17 +93,30 @@ def _pack_host(srcs, dev):
     (from pinned memory: a copy from pageable memory would first wait for all
     the work queued on the stream, the state's own kernels, say).  One copy for
     all rather than one per tensor (each with its own pinned allocation), on the
-    training thread of every save_async.  Returns (srcs, buffers to keep until
-    the checkpoint ends)."""
-    where = [i for i, s in enumerate(srcs) if s.device.type != dev.type]
-    if not where:
+    training thread of every save_async.  Tensors on another CUDA device are each
+    copied to `dev`: the library's kernels (G's snapshot, device hashing) read
+    sources on `dev` only, and its ready event orders them after `dev`'s stream
+    (torch orders a copy between devices after both current streams).  Returns
+    (srcs, buffers to keep until the checkpoint ends)."""
+    where, other = [], []  # host tensors; those on another GPU
+    for i, s in enumerate(srcs):
+        d = s.device
+        if d != dev:
+            (where if d.type != dev.type else other).append(i)
+    if not where and not other:
         return srcs, ()
-    host, placed = _pack(srcs, where, pin=dev.type == "cuda")
-    moved = host.to(dev, non_blocking=True)
     out = list(srcs)
-    for i, off, n in placed:
-        out[i] = moved[off:off + n]
-    return out, (host, moved)
+    keep = []
+    if where:
+        host, placed = _pack(srcs, where, pin=dev.type == "cuda")
+        moved = host.to(dev, non_blocking=True)
+        for i, off, n in placed:
+            out[i] = moved[off:off + n]
+        keep += [host, moved]
+    for i in other:
+        out[i] = srcs[i].to(dev, non_blocking=True)
+        keep.append(out[i])
+    return out, tuple(keep)
 
 
 def _pack(srcs, where, pin):
@@ -656,8 +669,13 @@ class _Pipeline:
                                  _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0,
                                  None, self._snapshot_on_wait_bytes(source))
         before = _tasks()
-        check(lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe)),
-              "pipeline")
+        rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+        if rc == _lib.ENOMEM and source != _lib.SOURCE_HOST:
+            # Device memory for a snapshot (gpu_source='snapshot', gpu_snapshot_on_wait)
+            # may be held, unused, by torch's caching allocator: given back, then once more.
+            torch.cuda.empty_cache()
+            rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+        check(rc, "pipeline")
         self._apply_policy(before, self.threads)
         self._pipe_source = want
 

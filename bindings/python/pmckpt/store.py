@@ -383,6 +383,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         devs = {t.device for t in targets.values() if t.is_cuda}
         if map_location is not None:
             d = torch.device(map_location)
+            if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+                d = torch.device("cuda", torch.cuda.current_device())  # where torch puts "cuda"
             devs |= {d} if d.type == "cuda" else set()
         else:
             devs |= {torch.device(i["dev"]) for n, i in infos.items()

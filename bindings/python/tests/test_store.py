@@ -378,6 +378,61 @@ def test_pack_host():
     out, keep = _pack_host(srcs, torch.device("cpu"))
     if out is not srcs or keep != ():
         return "host sources for a host pipeline were packed"
+    # Sources on another device of the path's type (another GPU) are each copied to
+    # its device and kept; here "cpu" stands for the other device of "cpu:0" (a
+    # copy to which torch makes no copy).
+    out, keep = _pack_host(srcs, torch.device("cpu", 0))
+    if len(out) != len(srcs) or len(keep) != len(srcs):
+        return f"sources on another device: {len(out)} out, {len(keep)} kept of {len(srcs)}"
+    if not all(torch.equal(o, s) for o, s in zip(out, srcs)):
+        return "a source copied to the path's device changed"
+
+
+def test_pipeline_enomem_retry():
+    """A GPU pipeline whose device memory (a snapshot) cannot be had is made once
+    more after torch's caching allocator gave back what it held unused; if that
+    fails too, the error says so and nothing is left half made."""
+    from pmckpt import _pipeline
+    real = _pipeline.lib
+    calls = []
+
+    class Lib:  # the library, but pmck_pipeline_new runs out of device memory
+        def __init__(self, fail):
+            self.fail = fail
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def pmck_pipeline_new(self, store, opts, out):
+            calls.append("new")
+            if calls.count("new") <= self.fail:
+                return _lib.ENOMEM
+            opts._obj.source = _lib.SOURCE_HOST  # no GPU here: the host path stands in
+            return real.pmck_pipeline_new(store, opts, out)
+
+    empty_cache = torch.cuda.empty_cache
+    torch.cuda.empty_cache = lambda: calls.append("empty_cache")
+    try:
+        with pmckpt.Store(name="enomem", ramdisk=D) as s:
+            s.save({"w": torch.arange(10.0)}, 1)
+            s._delete_pipeline()
+            want = ["new", "empty_cache", "new"]
+            for fail in (1, 2):
+                calls.clear()
+                _pipeline.lib = Lib(fail)
+                try:
+                    s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+                    got = "made"
+                except pmckpt.Error as e:
+                    got = f"raised {type(e).__name__}"
+                finally:
+                    _pipeline.lib = real
+                if calls != want or (got == "made") != (fail == 1) or bool(s._pipe) != (fail == 1):
+                    return f"{fail} failures: {calls}, {got}, pipeline {bool(s._pipe)}"
+                s._delete_pipeline()
+    finally:
+        torch.cuda.empty_cache = empty_cache
+        _pipeline.lib = real
 
 
 def test_hook_waits_only_own_layers():
@@ -1100,8 +1155,10 @@ T.run("save_async + hook_optimizer: every checkpoint equals the state at its sav
 T.run("writer_policy='idle': writer threads SCHED_IDLE, checkpoints equal the saved state",
       test_writer_policy_idle)
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
-T.run("a CUDA state's host tensors are packed into one buffer, each at its aligned offset",
-      test_pack_host)
+T.run("a CUDA state's host tensors are packed into one buffer, each at its aligned offset; "
+      "those on another device copied to the path's", test_pack_host)
+T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied",
+      test_pipeline_enomem_retry)
 T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
       test_hook_waits_only_own_layers)
 T.run("on_busy='queue': save_async returns at once, the checkpoint begins when the one "
