@@ -24,7 +24,7 @@ extern "C" {
 const uint8_t *pmck__xxh3_secret(void); /* checksum.c: libxxhash's XXH3_kSecret */
 }
 
-#define HASH_STREAMS 4 /* puts hashed side by side: a put's kernel goes to event % 4 */
+#define HASH_STREAMS 4 /* puts hashed side by side: a put's kernels go to event % 4 */
 
 /* XXH3's secret, passed to the hash kernel by value (kernel parameters live in constant memory). */
 struct xxh3_secret {
@@ -651,14 +651,15 @@ pmck__gpu_hash_begin(struct pmck_gpu *g)
 }
 
 extern "C" int
-pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
-		const void *const *srcs, const size_t *lens, const size_t *slots)
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_snapshot,
+		size_t n, const void *const *srcs, const size_t *lens, const size_t *slots)
 {
 	size_t first = g->hash_used;
 
-	if (event >= g->nhashed || n > g->nhash - first)
-		return pmck__err(-EINVAL, "GPU path: %zu chunks to hash at event %u (%zu of %zu "
-				"used): a tensor put twice in one checkpoint?", n, event, first, g->nhash);
+	if (event >= g->nhashed || hashed >= g->nhashed || n > g->nhash - first)
+		return pmck__err(-EINVAL, "GPU path: %zu chunks to hash at events %u, %u (%zu of "
+				"%zu used): a tensor put twice in one checkpoint?", n, event, hashed,
+				first, g->nhash);
 	for (size_t i = 0; i < n; i++) {
 		if (slots[i] >= g->nhash)
 			return pmck__err(-EINVAL, "GPU path: chunk %zu to hash in slot %zu of %zu", i,
@@ -677,7 +678,7 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
 		LAUNCH(hash_chunks, (unsigned)blocks, 256, st, g->hash_list_dev + first, n,
 				g->secret);
 	}
-	CUDA_TRY(cudaEventRecord(g->hashed[event], st));
+	CUDA_TRY(cudaEventRecord(g->hashed[hashed], st));
 	return 0;
 }
 

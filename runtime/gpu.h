@@ -101,9 +101,9 @@ int pmck__gpu_copy_wait(struct pmck_gpu_stream *ws, unsigned i);
 /*
  * Makes `stream` (NULL: the legacy default stream) wait on the GPU for
  * jobs [first, first + n), with snapshot_event >= 0 for that snapshot
- * event, and with hash_event >= 0 for that put's hash kernel (device
- * hashing of the sources): from then on work queued there may change the
- * sources.
+ * event, and with hash_event >= 0 for that hashed event (device hashing
+ * of the sources: a kernel of a put): from then on work queued there may
+ * change the sources.
  */
 int pmck__gpu_caller_wait(struct pmck_gpu *g, void *stream, int snapshot_event, int hash_event,
 		size_t first, size_t n);
@@ -139,8 +139,9 @@ const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
 /*
  * Device hashing ($PMCK_GPU_HASH=device, pipeline.c): the XXH3-64 of each
  * hash chunk is computed on the GPU, from the source (G: from the
- * snapshot), by a kernel per put (xxh3_long.h: a warp per chunk), instead
- * of by a writer from the bytes that landed.  The writers then only flush
+ * snapshot), by a few kernels per put, each over whole layers
+ * (xxh3_long.h: a warp per chunk), instead of by a writer from the bytes
+ * that landed.  The writers then only flush
  * what lands.  A chunk goes to the GPU if it takes XXH3's long path and
  * starts 8-aligned; the writers hash the others (a 4-byte tensor, a view
  * at an odd offset) as before.
@@ -153,8 +154,8 @@ pmck__gpu_hashable(const void *src, size_t len)
 
 /*
  * Makes room for device hashing: nchunks results (slot = the store's chunk
- * index), the chunk lists, and a hashed event per layer (nlayers).  Once,
- * after pmck__gpu_open.
+ * index), the chunk lists, and a hashed event per layer (nlayers: a
+ * kernel is named by its first layer).  Once, after pmck__gpu_open.
  */
 int pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers);
 
@@ -169,13 +170,15 @@ int pmck__gpu_hash_begin(struct pmck_gpu *g);
  * Enqueues the hashes of n chunks, srcs[i] of lens[i] bytes (each
  * pmck__gpu_hashable), into result slots slots[i], after ready event
  * `event` (from_snapshot: after snapshot event `event`, the snapshot
- * copies), then records hashed event `event` (also with n == 0).  Called
- * on the caller's thread; its current device is restored.
+ * copies), then records hashed event `hashed` (also with n == 0).  The
+ * calls with the same `event` (a put's) run in order on one stream, so
+ * their last hashed event stands for all of them.  Called on the caller's
+ * thread; its current device is restored.
  */
-int pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
-		const void *const *srcs, const size_t *lens, const size_t *slots);
+int pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_snapshot,
+		size_t n, const void *const *srcs, const size_t *lens, const size_t *slots);
 
-/* Waits (host) for hashed event `event`; the results of its put are then readable. */
+/* Waits (host) for hashed event `event`; the results of its call are then readable. */
 int pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event);
 
 /* The hash of result slot `slot`, once its put's hashed event has been waited for. */

@@ -102,10 +102,11 @@ pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
 int pmck__gpu_hash_begin(struct pmck_gpu *g) { (void)g; return no_cuda(); }
 
 int
-pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
-		const void *const *srcs, const size_t *lens, const size_t *slots)
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_snapshot,
+		size_t n, const void *const *srcs, const size_t *lens, const size_t *slots)
 {
-	(void)g, (void)event, (void)from_snapshot, (void)n, (void)srcs, (void)lens, (void)slots;
+	(void)g, (void)event, (void)hashed, (void)from_snapshot, (void)n, (void)srcs, (void)lens;
+	(void)slots;
 	return no_cuda();
 }
 

@@ -30,6 +30,8 @@
 #define PIECE (8 * PMCK_HASH_CHUNK)
 #define MAX_THREADS 64
 #define NO_WRITER UINT8_MAX
+/* Device hashing: chunks in a put's first hash kernel; each next one takes twice as many. */
+#define HASH_GROUP_FIRST 16
 _Static_assert(PIECE <= PMCK_GPU_SUB * PMCK_GPU_MAX_SUB, "a GPU job's sub-copies");
 _Static_assert(PMCK_GPU_SUB_DMA % PMCK_HASH_CHUNK == 0 && PMCK_GPU_SUB_DMA <= PIECE,
 		"DMA sub-copies land hash-chunk aligned, within a piece");
@@ -79,6 +81,15 @@ struct pmck_pipeline {
 	/* Device hashing: one put's chunks for the GPU to hash (room for every chunk) */
 	const void **hash_src;
 	size_t *hash_len, *hash_slot;
+	/*
+	 * Device hashing: a put's chunks go to the GPU as a run of kernels,
+	 * each over whole layers (hash_group_end: where each ends in hash_src;
+	 * hash_group_event: its hashed event, the dense index of its first
+	 * layer), so that a writer waits only for the kernel of its own layer.
+	 * layer_hash_event: the hashed event of the kernel that took the layer.
+	 */
+	size_t *hash_group_end;
+	uint32_t *hash_group_event, *layer_hash_event;
 
 	struct job *queue;       /* ring of qcap jobs: one checkpoint at most (twice, verifying) */
 	size_t qcap, qhead, qlen;
@@ -218,7 +229,7 @@ take_gpu_hashes(struct pmck_pipeline *p, const struct job *j)
 	uint64_t hashes[PIECE / PMCK_HASH_CHUNK];
 	uint8_t given[PIECE / PMCK_HASH_CHUNK];
 	size_t slot = p->store->chunk_first[j->tensor] + j->off / PMCK_HASH_CHUNK;
-	int ret = pmck__gpu_hash_wait(p->gpu, p->layer_event[j->layer]);
+	int ret = pmck__gpu_hash_wait(p->gpu, p->layer_hash_event[j->layer]);
 
 	if (ret)
 		return ret;
@@ -548,7 +559,11 @@ open_gpu_hash(struct pmck_pipeline *p)
 	p->hash_src = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_src));
 	p->hash_len = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_len));
 	p->hash_slot = malloc((nchunks ? nchunks : 1) * sizeof(*p->hash_slot));
-	if (!p->hash_src || !p->hash_len || !p->hash_slot)
+	p->hash_group_end = malloc(p->nlayers * sizeof(*p->hash_group_end));
+	p->hash_group_event = malloc(p->nlayers * sizeof(*p->hash_group_event));
+	p->layer_hash_event = calloc(p->nlayers, sizeof(*p->layer_hash_event));
+	if (!p->hash_src || !p->hash_len || !p->hash_slot || !p->hash_group_end ||
+	    !p->hash_group_event || !p->layer_hash_event)
 		return pma__err(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -824,9 +839,18 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
 	const char *snap = snapshot ? pmck__gpu_snapshot_base(p->gpu) : NULL;
 	size_t nsnap = 0, nhash = 0;
+	/* Device hashing: kernel ngroups takes chunks group_start.. (open: it has a first layer) */
+	size_t ngroups = 0, group_start = 0, group_chunks = HASH_GROUP_FIRST;
+	int open = 0;
 	for (size_t l = 0; l < n; l++) {
 		uint32_t ix = p->put_ix[l];
 		p->layer_event[ix] = event;
+		if (p->gpu_hash && !open) {
+			p->hash_group_event[ngroups] = ix;
+			open = 1;
+		}
+		if (p->gpu_hash)
+			p->layer_hash_event[ix] = p->hash_group_event[ngroups];
 		if (p->verify)
 			p->layer_vfirst[ix] = p->nvjobs;
 		p->layer_first[ix] = p->nseq;
@@ -863,6 +887,12 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 		p->layer_direct[ix] = p->layer_njobs[ix];
 		p->layer_put[ix] = 1;
 		p->layers_put++;
+		/* A kernel ends with a layer, once it has its chunks (or the put's layers end). */
+		if (p->gpu_hash && (nhash - group_start >= group_chunks || l + 1 == n)) {
+			p->hash_group_end[ngroups++] = group_start = nhash;
+			group_chunks *= 2;
+			open = 0;
+		}
 	}
 	/*
 	 * G: all the put's tensors into the snapshot, one kernel, and its event
@@ -870,10 +900,18 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	 */
 	if (snapshot && !ret)
 		ret = pmck__gpu_snapshot(p->gpu, event, nsnap, p->snap_off, p->snap_src, p->snap_len);
-	/* Device hashing: the put's chunks (G: of the snapshot, after it), one kernel. */
-	if (p->gpu_hash && !ret)
-		ret = pmck__gpu_hash(p->gpu, event, snapshot, nhash, p->hash_src, p->hash_len,
-				p->hash_slot);
+	/*
+	 * Device hashing: the put's chunks (G: of the snapshot, after it), in
+	 * kernels of HASH_GROUP_FIRST chunks and then each twice the one before,
+	 * in order on one stream: the first pieces' hashes are ready at once,
+	 * and the later kernels run while the earlier pieces cross PCIe.
+	 */
+	for (size_t k = 0, first = 0; p->gpu_hash && k < ngroups && !ret; k++) {
+		ret = pmck__gpu_hash(p->gpu, event, p->hash_group_event[k], snapshot,
+				p->hash_group_end[k] - first, p->hash_src + first, p->hash_len + first,
+				p->hash_slot + first);
+		first = p->hash_group_end[k];
+	}
 	fail_locked(p, ret); /* the checkpoint will abort; queued pieces are skipped */
 	if (p->outstanding == 0 && p->layers_put == p->nlayers)
 		finish_locked(p); /* only empty tensors, or a failure before any queueing */
@@ -1042,7 +1080,7 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 			continue; /* persisted already */
 		nw++;
 		/* D with device hashing: the hash kernel reads the sources too (G: the snapshot). */
-		int h = p->gpu_hash && !snapshot ? (int)p->layer_event[l] : -1;
+		int h = p->gpu_hash && !snapshot ? (int)p->layer_hash_event[l] : -1;
 		if (h >= 0 && h != last_hash)
 			hash[nhash++] = last_hash = h;
 		for (uint32_t seq = p->layer_first[l]; !snapshot && seq < p->layer_first[l] +
@@ -1172,6 +1210,9 @@ pmck_pipeline_delete(struct pmck_pipeline **pp)
 	free(p->hash_src);
 	free(p->hash_len);
 	free(p->hash_slot);
+	free(p->hash_group_end);
+	free(p->hash_group_event);
+	free(p->layer_hash_event);
 	free(p);
 	*pp = NULL;
 }

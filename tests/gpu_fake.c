@@ -80,7 +80,8 @@ struct snap_chunk {
 struct hash_chunk {
 	const void *src;
 	size_t len, slot;
-	unsigned event;
+	unsigned event; /* the hashed event recorded after it */
+	unsigned put;   /* the ready (G: snapshot) event it waited for */
 };
 
 struct pmck_gpu {
@@ -319,12 +320,12 @@ run_hashes_locked(struct pmck_gpu *g, unsigned event)
 {
 	size_t end = g->hash_done;
 
-	run_snapshots_locked(g, (int)event); /* G hashes its snapshot, after it is taken */
 	for (size_t k = g->hash_done; k < g->hash_used; k++)
 		if (g->hash_list[k].event == event)
 			end = k + 1;
 	for (; g->hash_done < end; g->hash_done++) {
 		const struct hash_chunk *c = &g->hash_list[g->hash_done];
+		run_snapshots_locked(g, (int)c->put); /* G hashes its snapshot, after it is taken */
 		g->hash_results[c->slot] = warp_hash(c->src, c->len, pmck__xxh3_secret());
 		g->hash_gen[c->slot] = g->gen;
 		atomic_fetch_add(&gpu_hashed, 1);
@@ -456,10 +457,10 @@ pmck__gpu_hash_begin(struct pmck_gpu *g)
 }
 
 int
-pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
-		const void *const *srcs, const size_t *lens, const size_t *slots)
+pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_snapshot,
+		size_t n, const void *const *srcs, const size_t *lens, const size_t *slots)
 {
-	if (event >= g->nevents || n > g->nhash - g->hash_used)
+	if (event >= g->nevents || hashed >= g->nevents || n > g->nhash - g->hash_used)
 		return -EINVAL;
 	pthread_mutex_lock(&g->lock);
 	if (!(from_snapshot ? g->snapped[event] : g->ready[event]))
@@ -470,7 +471,8 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, int from_snapshot, size_t n,
 			breach("a chunk the hash kernel does not take");
 			continue;
 		}
-		g->hash_list[g->hash_used++] = (struct hash_chunk){srcs[i], lens[i], slots[i], event};
+		g->hash_list[g->hash_used++] = (struct hash_chunk){srcs[i], lens[i], slots[i], hashed,
+				event};
 	}
 	pthread_mutex_unlock(&g->lock);
 	return 0;
@@ -703,6 +705,52 @@ test_hash_order(const char *path, uint64_t *step)
 	ok(!ret && exact(s, *step), "D (DMA), device hashing: sources overwritten right after "
 			"wait_layer_stream, before the writers took the hashes: the checkpoint holds and "
 			"verifies the values put (%s)", ret ? pmck_errormsg() : "");
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+}
+
+/*
+ * Device hashing in several kernels: a put's chunks go to the GPU in runs
+ * of whole layers, the first of 16 chunks and each next twice as large, so
+ * that a writer waits only for the kernel of its own layer.  Every layer
+ * put in one call (about 10 chunks each: kernels of layers 30 and 0, then
+ * of the other four), one writer, held in the copy of layer 50's first
+ * piece: layers 30 and 0 persist with 20 chunks hashed, not 60.  Then the
+ * checkpoint completes bit-exact, every chunk hashed once.
+ */
+static void
+test_hash_groups(const char *path, uint64_t *step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p;
+	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1,
+			.source = PMCK_SOURCE_GPU_DIRECT};
+
+	setenv("PMCK_GPU_HASH", "device", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
+	    pmck_pipeline_new(s, &o, &p)) {
+		ok(0, "hash groups: set up: %s", pmck_errormsg());
+		return;
+	}
+	fill(++*step);
+	unsigned long before = atomic_load(&gpu_hashed);
+	hold_copy_of_job(2 * 4); /* put_all's third layer (50): after two of 4 pieces each */
+	int ret = pmck_pipeline_begin(p, *step);
+	if (!ret)
+		ret = put_all(p, 0);
+	for (uint32_t layer = 0; layer <= 30 && !ret; layer += 30)
+		ret = pmck_pipeline_wait_layer(p, layer);
+	unsigned long first = atomic_load(&gpu_hashed) - before;
+	hold_copy_of_job(-1);
+	if (!ret)
+		ret = pmck_pipeline_wait(p);
+	unsigned long all = atomic_load(&gpu_hashed) - before;
+	ok(!ret && exact(s, *step) && first == 20 && all == 60, "D (DMA), device hashing: the "
+			"put's first kernel (layers 30 and 0, 20 chunks) is all its writer waited "
+			"for (%lu chunks hashed then, 60 in all: %lu), bit-exact (%s)", first, all,
+			ret ? pmck_errormsg() : "");
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 }
@@ -1081,6 +1129,7 @@ main(void)
 		     src++)
 			test_source(path, src, &step, device_hash);
 	test_hash_order(path, &step);
+	test_hash_groups(path, &step);
 	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_STAGED; src++)
 		for (int device_hash = 0; device_hash <= 1; device_hash++)
 			for (size_t budget = 0; budget <= (12u << 20); budget += 12u << 20)

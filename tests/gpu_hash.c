@@ -40,7 +40,7 @@ differ(struct pmck_gpu *g, struct run *r, unsigned event, long *first)
 {
 	*first = -1;
 	if (pmck__gpu_hash_begin(g) || pmck__gpu_layer_ready(g, event, NULL) ||
-	    pmck__gpu_hash(g, event, 0, r->n, r->src, r->len, r->slot) ||
+	    pmck__gpu_hash(g, event, event, 0, r->n, r->src, r->len, r->slot) ||
 	    pmck__gpu_hash_wait(g, event)) {
 		diag("%s", pmck_errormsg());
 		return (long)r->n;
