@@ -418,11 +418,11 @@ struct pmck_pipeline_opts {
  * (every GPU source but the staged one; an experiment, off by default:
  * docs/gpu.md).
  * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB or PMCK_GPU_HASH, named in
- * the message), -ENOMEM (host memory, or device memory for the snapshot
- * strategy's or snapshot_on_wait's buffer: the message gives the bytes
- * asked and free), -EAGAIN (threads), -ENODEV (GPU path unavailable:
- * built without CUDA, no driver or no device; the message says which),
- * -EIO from CUDA.
+ * the message), -ENOMEM (host memory, or device or pinned memory from
+ * CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the
+ * message gives the bytes asked and free), -EAGAIN (threads), -ENODEV
+ * (GPU path unavailable: built without CUDA, no driver or no device; the
+ * message says which), -EIO from CUDA.
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);
@@ -574,6 +574,21 @@ struct pmck_pipeline_stats {
 	 * be rebuilt.)
 	 */
 	uint64_t snapshot_on_wait_bytes, snapshot_on_wait_pieces;
+	/*
+	 * Where the writers' time goes, summed over the writers (new, last, as
+	 * above).  busy: running pieces (copy, flush, hash, drain).  GPU
+	 * sources, parts of busy: copy_wait, waiting for sub-copies to land (a
+	 * piece's bytes crossing PCIe); tail, from the piece's last sub-copy
+	 * landing to the piece's end (flushing and hashing what landed last,
+	 * device hashing's wait included, and the drain), the time a writer has
+	 * no copy in flight; hash_wait, waiting for the GPU's hashes of the
+	 * piece (PMCK_GPU_HASH=device).  commit: the commits' time (metadata,
+	 * checksums, the slot made the newest), on the writer that ends each
+	 * checkpoint.  Per checkpoint, 1 - busy / (threads * its duration) is
+	 * the share of the writers' time with no piece to run.
+	 */
+	uint64_t writer_busy_ns, writer_copy_wait_ns, writer_tail_ns, writer_hash_wait_ns;
+	uint64_t commit_ns;
 };
 void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st);
 

@@ -64,7 +64,7 @@ struct pmck_gpu {
 	uint64_t *hash_results, *hash_results_dev;
 	size_t nhash, hash_used;       /* room, and used by this checkpoint's puts */
 	cudaStream_t hash_stream[HASH_STREAMS];
-	cudaEvent_t *hashed;           /* per put (its first layer): its hash kernel is done */
+	cudaEvent_t *hashed;           /* per hash kernel (its first layer): it is done */
 	unsigned nhashed;
 	int hash_blocks;               /* the hash kernel's grid at most: 16 warps per SM */
 	struct xxh3_secret secret;
@@ -107,7 +107,8 @@ cuda_fail(cudaError_t e, const char *what)
  * A kernel launch reports its own failure only through cudaGetLastError, which
  * returns any earlier unconsumed error of the thread too (one that a cleanup
  * call ignored): cleared before each launch, so what is read after it is the
- * launch's.
+ * launch's.  cudart is linked statically, so that error state is this
+ * library's own: the framework's errors are not in it.
  */
 #define LAUNCH(kernel, grid, block, stream, ...) do { (void)cudaGetLastError(); \
 	kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \

@@ -218,18 +218,27 @@ job_started(struct pmck_pipeline *p, const struct job *j, unsigned self, int ret
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* A writer's clock for the piece it runs (pmck_pipeline_stats' writer_*). */
+struct writer_clock {
+	uint64_t copy_wait_ns, hash_wait_ns;
+	uint64_t landed_ns; /* when its last sub-copy landed (0: none did) */
+};
+
 /*
- * Device hashing: once the put's hash kernel is done, the piece's chunks
+ * Device hashing: once the hash kernel of the piece's layer is done, its chunks
  * that the GPU hashed (pmck__gpu_hashable, decided on the same address as
  * at the put) take its results; the others are hashed from what landed.
  */
 static int
-take_gpu_hashes(struct pmck_pipeline *p, const struct job *j)
+take_gpu_hashes(struct pmck_pipeline *p, const struct job *j, struct writer_clock *clk)
 {
 	uint64_t hashes[PIECE / PMCK_HASH_CHUNK];
 	uint8_t given[PIECE / PMCK_HASH_CHUNK];
 	size_t slot = p->store->chunk_first[j->tensor] + j->off / PMCK_HASH_CHUNK;
+	uint64_t t0 = pmck__now_ns();
 	int ret = pmck__gpu_hash_wait(p->gpu, p->layer_hash_event[j->layer]);
+
+	clk->hash_wait_ns += pmck__now_ns() - t0;
 
 	if (ret)
 		return ret;
@@ -251,7 +260,7 @@ take_gpu_hashes(struct pmck_pipeline *p, const struct job *j)
  */
 static int
 run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
-		struct pmck_gpu_stream *ws)
+		struct pmck_gpu_stream *ws, struct writer_clock *clk)
 {
 	struct pmck_ckpt *c = p->ckpt;
 	int staged = p->opts.source == PMCK_SOURCE_GPU_STAGED;
@@ -267,8 +276,11 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 	for (unsigned i = 0; i < nsub && !ret; i++) {
 		uint64_t off = (uint64_t)i * p->gpu_sub;
 		uint64_t n = j->len - off < p->gpu_sub ? j->len - off : p->gpu_sub;
+		uint64_t t0 = pmck__now_ns();
 		if ((ret = pmck__gpu_copy_wait(ws, i)))
 			break;
+		clk->landed_ns = pmck__now_ns();
+		clk->copy_wait_ns += clk->landed_ns - t0;
 		if (staged)
 			ret = pmck_ckpt_write_range(c, j->tensor, j->off + off, dst + off, n);
 		else if (p->gpu_hash)
@@ -277,7 +289,7 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 			ret = pmck__ckpt_landed(c, j->tensor, j->off + off, n);
 	}
 	if (!ret && p->gpu_hash)
-		ret = take_gpu_hashes(p, j);
+		ret = take_gpu_hashes(p, j, clk);
 	/* After a failure no copy of this job may still be landing when the slot is reused. */
 	if (ret && nsub)
 		pmck__gpu_copy_wait(ws, nsub - 1); /* the stream runs in order: the last one is all */
@@ -286,7 +298,8 @@ run_gpu_job(struct pmck_pipeline *p, const struct job *j, unsigned self,
 
 /* Copies one piece into the slot and makes it durable; runs on a writer thread. */
 static int
-run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck_gpu_stream *ws)
+run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck_gpu_stream *ws,
+		struct writer_clock *clk)
 {
 	int ret;
 
@@ -295,7 +308,7 @@ run_job(struct pmck_pipeline *p, const struct job *j, unsigned self, struct pmck
 	if (p->opts.source == PMCK_SOURCE_HOST)
 		ret = pmck_ckpt_write_range(p->ckpt, j->tensor, j->off, j->src, j->len);
 	else
-		ret = run_gpu_job(p, j, self, ws);
+		ret = run_gpu_job(p, j, self, ws, clk);
 	/* Persist point: this thread's non-temporal stores and flushes of the piece are durable. */
 	pma_region_drain(p->store->region);
 	return ret;
@@ -354,9 +367,18 @@ writer(void *arg)
 		int skip = p->error != 0;
 		pthread_mutex_unlock(&p->lock);
 
-		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws);
+		struct writer_clock clk = {0};
+		uint64_t t0 = pmck__now_ns();
+		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws, &clk);
+		uint64_t t1 = pmck__now_ns();
 
 		pthread_mutex_lock(&p->lock);
+		if (!bind_err && !skip) {
+			p->stats.writer_busy_ns += t1 - t0;
+			p->stats.writer_copy_wait_ns += clk.copy_wait_ns;
+			p->stats.writer_hash_wait_ns += clk.hash_wait_ns;
+			p->stats.writer_tail_ns += clk.landed_ns ? t1 - clk.landed_ns : 0;
+		}
 		if (is_gpu(p) && (bind_err || skip))
 			job_started_locked(p, &j, NO_WRITER); /* nothing enqueued: nothing to order after */
 		fail_locked(p, ret);
@@ -387,8 +409,10 @@ finish_locked(struct pmck_pipeline *p)
 	int committed = 0;
 
 	pthread_mutex_unlock(&p->lock);
+	uint64_t t0 = pmck__now_ns();
 	if (!ret)
 		committed = !(ret = pmck_ckpt_commit(p->ckpt));
+	uint64_t commit_ns = pmck__now_ns() - t0;
 	if (ret)
 		pmck_ckpt_abort(p->ckpt);
 	else if (p->opts.copyout)
@@ -413,6 +437,7 @@ finish_locked(struct pmck_pipeline *p)
 		p->stats.committed++;
 		p->stats.last_step = step;
 	}
+	p->stats.commit_ns += commit_ns;
 	p->result = ret;
 	p->error = ret;
 	p->active = 0;
@@ -839,15 +864,15 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 	int snapshot = p->opts.source == PMCK_SOURCE_GPU_SNAPSHOT;
 	const char *snap = snapshot ? pmck__gpu_snapshot_base(p->gpu) : NULL;
 	size_t nsnap = 0, nhash = 0;
-	/* Device hashing: kernel ngroups takes chunks group_start.. (open: it has a first layer) */
+	/* Device hashing: kernel ngroups takes chunks group_start.. (group_open: it has a layer) */
 	size_t ngroups = 0, group_start = 0, group_chunks = HASH_GROUP_FIRST;
-	int open = 0;
+	int group_open = 0;
 	for (size_t l = 0; l < n; l++) {
 		uint32_t ix = p->put_ix[l];
 		p->layer_event[ix] = event;
-		if (p->gpu_hash && !open) {
+		if (p->gpu_hash && !group_open) {
 			p->hash_group_event[ngroups] = ix;
-			open = 1;
+			group_open = 1;
 		}
 		if (p->gpu_hash)
 			p->layer_hash_event[ix] = p->hash_group_event[ngroups];
@@ -891,7 +916,7 @@ pmck_pipeline_put_layers_stream(struct pmck_pipeline *p, const uint32_t *layers,
 		if (p->gpu_hash && (nhash - group_start >= group_chunks || l + 1 == n)) {
 			p->hash_group_end[ngroups++] = group_start = nhash;
 			group_chunks *= 2;
-			open = 0;
+			group_open = 0;
 		}
 	}
 	/*
@@ -1040,7 +1065,7 @@ pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *layers
 		return pma__err(-EINVAL, "wait_layers: %zu layers and no list", n);
 	/*
 	 * What the caller's stream waits for, taken under the lock and waited
-	 * for outside it: hash events (one per distinct put), and per writer
+	 * for outside it: hash events (one per distinct kernel), and per writer
 	 * the last of its jobs that read these layers' sources (-1: none).
 	 */
 	uint32_t *ix = malloc((n ? n : 1) * sizeof(*ix));

@@ -103,6 +103,7 @@ struct pmck_gpu {
 };
 
 static atomic_ulong gpu_hashed; /* chunks the stand-in hashed "on the GPU" */
+static atomic_ulong hash_kernels; /* pmck__gpu_hash calls: kernels launched */
 static atomic_ulong caller_done_waits; /* jobs' done events callers' streams waited for */
 /* While set (under the gpu's lock), a writer's hash_wait holds until its hashes have run. */
 static int hold_hashes;
@@ -462,6 +463,7 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_sna
 {
 	if (event >= g->nevents || hashed >= g->nevents || n > g->nhash - g->hash_used)
 		return -EINVAL;
+	atomic_fetch_add(&hash_kernels, 1);
 	pthread_mutex_lock(&g->lock);
 	if (!(from_snapshot ? g->snapped[event] : g->ready[event]))
 		breach("chunks hashed before their ready (or snapshot) event was recorded");
@@ -735,7 +737,8 @@ test_hash_groups(const char *path, uint64_t *step)
 		return;
 	}
 	fill(++*step);
-	unsigned long before = atomic_load(&gpu_hashed);
+	unsigned long before = atomic_load(&gpu_hashed), kernels = atomic_load(&hash_kernels);
+	unsigned breached = atomic_load(&breaches);
 	hold_copy_of_job(2 * 4); /* put_all's third layer (50): after two of 4 pieces each */
 	int ret = pmck_pipeline_begin(p, *step);
 	if (!ret)
@@ -747,10 +750,13 @@ test_hash_groups(const char *path, uint64_t *step)
 	if (!ret)
 		ret = pmck_pipeline_wait(p);
 	unsigned long all = atomic_load(&gpu_hashed) - before;
-	ok(!ret && exact(s, *step) && first == 20 && all == 60, "D (DMA), device hashing: the "
-			"put's first kernel (layers 30 and 0, 20 chunks) is all its writer waited "
-			"for (%lu chunks hashed then, 60 in all: %lu), bit-exact (%s)", first, all,
-			ret ? pmck_errormsg() : "");
+	kernels = atomic_load(&hash_kernels) - kernels;
+	breached = atomic_load(&breaches) - breached;
+	ok(!ret && exact(s, *step) && first == 20 && all == 60 && kernels == 2 && !breached,
+			"D (DMA), device hashing: the put's first kernel (layers 30 and 0, 20 chunks; "
+			"then the other four, 40, twice the first's 16) is all its writer waited for "
+			"(%lu chunks hashed then, %lu in all, %lu kernels, %u breaches), bit-exact (%s)",
+			first, all, kernels, breached, ret ? pmck_errormsg() : "");
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 }
@@ -1016,6 +1022,22 @@ test_source(const char *path, enum pmck_source src, uint64_t *step, int device_h
 	}
 	ok(!ret && same, "%s: three checkpoints (put_layers, put_layer, halves), each recovered "
 			"bit-exact (%s)", name, ret ? pmck_errormsg() : "");
+	/*
+	 * Where the writers' time went: waiting for sub-copies and the tails
+	 * after them are disjoint parts of running pieces; the wait for the
+	 * GPU's hashes is part of the tail, and only with device hashing (not
+	 * C, which hashes in its copy).
+	 */
+	struct pmck_pipeline_stats st;
+	pmck_pipeline_stats(p, &st);
+	int hashing = device_hash && src != PMCK_SOURCE_GPU_STAGED;
+	ok(st.writer_busy_ns && st.writer_copy_wait_ns && st.writer_tail_ns && st.commit_ns &&
+			st.writer_copy_wait_ns + st.writer_tail_ns <= st.writer_busy_ns &&
+			st.writer_hash_wait_ns <= st.writer_tail_ns && !st.writer_hash_wait_ns == !hashing,
+			"%s: writers' time: busy %llu ns, of it copy wait %llu, tail %llu (hash wait "
+			"%llu); commits %llu", name, (unsigned long long)st.writer_busy_ns,
+			(unsigned long long)st.writer_copy_wait_ns, (unsigned long long)st.writer_tail_ns,
+			(unsigned long long)st.writer_hash_wait_ns, (unsigned long long)st.commit_ns);
 
 	/* A stream-ordered wait for a layer, then its sources overwritten: the values put stay. */
 	fill(++*step);

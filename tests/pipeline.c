@@ -145,6 +145,10 @@ test_ordering(const char *path)
 	pmck_pipeline_stats(p, &st);
 	is_int(st.committed, 4, "4 commits counted");
 	is_int(st.last_step, 4, "last step 4");
+	ok(st.writer_busy_ns && st.commit_ns && !st.writer_copy_wait_ns && !st.writer_tail_ns &&
+			!st.writer_hash_wait_ns, "writers' time: busy %llu ns, commits %llu; no GPU "
+			"parts for host sources", (unsigned long long)st.writer_busy_ns,
+			(unsigned long long)st.commit_ns);
 	ok(seen.n == 4 && seen.step[0] == 1 && seen.step[3] == 4 && !seen.result[0] &&
 	   !seen.result[3] && seen.other_thread,
 	   "on_commit reported steps 1..4, result 0, on a writer thread (%u calls)", seen.n);

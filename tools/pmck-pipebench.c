@@ -92,16 +92,46 @@ sleep_ms(double ms)
  * `warmup` untimed: what verifying the sources (PMCK_PIPELINE_VERIFY_SOURCES)
  * adds to save time, and the GPU strategies' bandwidth.
  */
+/* Where the writers' time went in the timed checkpoints (pmck_pipeline_stats). */
+struct writer_time {
+	double all;      /* the writers' time: threads x the checkpoints' durations, s */
+	double busy, copy_wait, tail, hash_wait, commit; /* s */
+	unsigned checkpoints;
+};
+
+/* Prints w's shares as bench lines named NAME_writer_*, NAME_commit_time. */
+static void
+print_writer_time(const char *name, const struct writer_time *w)
+{
+	if (w->all <= 0 || w->busy <= 0)
+		return;
+	printf("bench: %s_writer_idle_share %.3f fraction\n", name, 1 - w->busy / w->all);
+	printf("bench: %s_writer_copy_wait_share %.3f fraction\n", name, w->copy_wait / w->busy);
+	printf("bench: %s_writer_tail_share %.3f fraction\n", name, w->tail / w->busy);
+	if (w->hash_wait > 0)
+		printf("bench: %s_writer_hash_wait_share %.3f fraction\n", name,
+				w->hash_wait / w->busy);
+	printf("bench: %s_commit_time %.3f ms\n", name, w->commit / w->checkpoints * 1e3);
+}
+
+/*
+ * The median time of `reps` checkpoints of every layer, after `warmup`;
+ * with wt, where the writers' time went in those reps.
+ */
 static double
 pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers,
-		const struct pmck_pipeline_opts *o, uint64_t *step, unsigned warmup, unsigned reps)
+		const struct pmck_pipeline_opts *o, uint64_t *step, unsigned warmup, unsigned reps,
+		struct writer_time *wt)
 {
 	struct pmck_pipeline *p;
-	double t[64];
+	struct pmck_pipeline_stats st0 = {0}, st1;
+	double t[64], sum = 0;
 
 	if (pmck_pipeline_new(s, o, &p))
 		die("pipeline");
 	for (unsigned k = 0; k < warmup + reps; k++) {
+		if (k == warmup)
+			pmck_pipeline_stats(p, &st0);
 		double t0 = tool_now();
 		if (pmck_pipeline_begin(p, (*step)++))
 			die("begin");
@@ -111,9 +141,18 @@ pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers,
 		if (pmck_pipeline_wait(p))
 			die("pipeline wait");
 		if (k >= warmup)
-			t[k - warmup] = tool_now() - t0;
+			sum += t[k - warmup] = tool_now() - t0;
 	}
+	pmck_pipeline_stats(p, &st1);
 	pmck_pipeline_delete(&p);
+	if (wt)
+		*wt = (struct writer_time){
+			.all = sum * (o->threads ? o->threads : 2),
+			.busy = (st1.writer_busy_ns - st0.writer_busy_ns) * 1e-9,
+			.copy_wait = (st1.writer_copy_wait_ns - st0.writer_copy_wait_ns) * 1e-9,
+			.tail = (st1.writer_tail_ns - st0.writer_tail_ns) * 1e-9,
+			.hash_wait = (st1.writer_hash_wait_ns - st0.writer_hash_wait_ns) * 1e-9,
+			.commit = (st1.commit_ns - st0.commit_ns) * 1e-9, .checkpoints = reps};
 	return tool_median(t, reps);
 }
 
@@ -345,8 +384,9 @@ main(int argc, char **argv)
 		struct pmck_pipeline_opts plain_opts = {.threads = threads},
 				verify_opts = {.threads = threads, .flags = PMCK_PIPELINE_VERIFY_SOURCES};
 		for (unsigned k = 0; k < 9; k++) {
-			plain[k] = pipeline_save_time(s, src, nlayers, &plain_opts, &vstep, 0, 1);
-			verified[k] = pipeline_save_time(s, src, nlayers, &verify_opts, &vstep, 0, 1);
+			plain[k] = pipeline_save_time(s, src, nlayers, &plain_opts, &vstep, 0, 1, NULL);
+			verified[k] = pipeline_save_time(s, src, nlayers, &verify_opts, &vstep, 0, 1,
+					NULL);
 		}
 		double save_plain = tool_median(plain, 9), save_verified = tool_median(verified, 9);
 
@@ -559,9 +599,11 @@ main(int argc, char **argv)
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
 			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
 					.source = strat[k].src};
+			struct writer_time wt;
 			double tput = host_hash_tput[k] = bytes / pipeline_save_time(s, dsrc, nlayers,
-					&o, &gstep, 1, steps) / 1e9;
+					&o, &gstep, 1, steps, &wt) / 1e9;
 			printf("bench: %s_tput %.2f GB/s\n", strat[k].name, tput);
+			print_writer_time(strat[k].name, &wt);
 			printf("ratio: %s_tput_vs_pinned_d2h %.4f\n", strat[k].name, tput / pinned_tput);
 			if (region_tput > 0)
 				printf("ratio: %s_tput_vs_region_d2h %.4f\n", strat[k].name,
@@ -572,6 +614,9 @@ main(int argc, char **argv)
 		}
 		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
 				gthreads);
+		printf("# writer shares: idle (no piece to run) of the writers' time; of their busy "
+				"time, copy_wait (bytes crossing), tail (after a piece's last sub-copy "
+				"landed: its flush and hash, no copy of that writer in flight)\n");
 		/*
 		 * Device hashing (PMCK_GPU_HASH=device): the GPU hashes the sources and
 		 * the writers only flush, for D (DMA) and G, against the same strategy
@@ -584,10 +629,14 @@ main(int argc, char **argv)
 			setenv("PMCK_GPU_HASH", "device", 1);
 			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
 					.source = strat[k].src};
+			struct writer_time wt;
 			double tput = bytes / pipeline_save_time(s, dsrc, nlayers, &o, &gstep, 1,
-					steps) / 1e9;
+					steps, &wt) / 1e9;
 			unsetenv("PMCK_GPU_HASH");
 			printf("bench: %s_device_hash_tput %.2f GB/s\n", strat[k].name, tput);
+			char dh[64];
+			snprintf(dh, sizeof(dh), "%s_device_hash", strat[k].name);
+			print_writer_time(dh, &wt);
 			printf("ratio: %s_device_hash_vs_host_hash %.4f\n", strat[k].name,
 					tput / host_hash_tput[k]);
 			if (one_copy_tput > 0)

@@ -351,6 +351,9 @@ class PmCkpt:
                "committed": s.get("pipeline", {}).get("committed", 0),
                "skipped": s.get("pipeline", {}).get("skipped", 0),
                "snapshot_on_wait_b": s.get("pipeline", {}).get("snapshot_on_wait_bytes", 0)}
+        # where the writers' time went (summed over the writers), as writer_NAME_s
+        out.update({k[:-3] + "_s": v / 1e9 for k, v in s.get("pipeline", {}).items()
+                    if k.startswith("writer_") or k == "commit_ns"})
         # save_async's time by phase (Store.stats()["call"]), as phase_NAME_s
         out.update({f"phase_{k}_s": v / 1e9 for k, v in s.get("call", {}).items()
                     if k != "calls"})
@@ -550,6 +553,12 @@ def multirank(a):
 
 # ------------------------------------------------------------------ report
 
+# The parts of the writers' time in a cost line (pmck_pipeline_stats, in seconds).
+WRITER_TIME = [("busy", "writer_busy_s"), ("copy wait", "writer_copy_wait_s"),
+               ("tail", "writer_tail_s"), ("hash wait", "writer_hash_wait_s"),
+               ("commits", "commit_s")]
+
+
 def med(rs, key):
     return statistics.median(r.get(key, 0) for r in rs)
 
@@ -661,6 +670,10 @@ def main():
         if phases:
             extra += "; ckpt call by phase: " + ", ".join(
                 f"{k[6:-2]} {med(rs, k) / steps * 1e3:.1f}" for k in phases)
+        if rs[0].get("writer_busy_s"):  # Store.stats()["pipeline"]: pmck_pipeline_stats
+            extra += "; writers' ms per step, summed over them: " + ", ".join(
+                f"{name} {med(rs, k) / steps * 1e3:.1f}" for name, k in WRITER_TIME
+                if rs[0].get(k))
         if rs[0].get("snapshot_on_wait_b"):
             extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")

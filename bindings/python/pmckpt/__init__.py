@@ -13,7 +13,7 @@ from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, Versio
                      UnsupportedObjectError, MetadataTooLargeError, BusyError,
                      NotAPoolError, TruncatedError, SourceChangedError,
                      CheckpointsUnusableError, WorldSizeError, CopyoutError, UnsafePathError)
-from .store import Store, SaveHandle, RecoveryWarning, GpuPathWarning
+from .store import Store, SaveHandle, RecoveryWarning, GpuPathWarning, GpuMemoryWarning
 from .hooks import hook_optimizer, hook_module
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
 from . import _lib
@@ -37,5 +37,6 @@ __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnus
            "VersionError", "UnsupportedObjectError", "MetadataTooLargeError", "BusyError",
            "NotAPoolError", "TruncatedError", "SourceChangedError", "CopyoutError",
            "UnsafePathError",
-           "RecoveryWarning", "GpuPathWarning", "hook_optimizer", "hook_module", "load_safetensors",
+           "RecoveryWarning", "GpuPathWarning", "GpuMemoryWarning", "hook_optimizer", "hook_module",
+           "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

@@ -82,7 +82,9 @@ class PipelineOpts(Structure):
 class PipelineStats(Structure):
     _fields_ = [("committed", c_uint64), ("skipped", c_uint64), ("last_step", c_uint64),
                 ("wait_ns", c_uint64), ("snapshot_on_wait_bytes", c_uint64),
-                ("snapshot_on_wait_pieces", c_uint64)]
+                ("snapshot_on_wait_pieces", c_uint64), ("writer_busy_ns", c_uint64),
+                ("writer_copy_wait_ns", c_uint64), ("writer_tail_ns", c_uint64),
+                ("writer_hash_wait_ns", c_uint64), ("commit_ns", c_uint64)]
 
 
 class LocalOpts(Structure):

@@ -23,6 +23,11 @@ from ._state import (FORMAT, Flattener, Layout, assign_entry_layers, blob_capaci
 from .errors import Error, MetadataTooLargeError, error_for
 
 
+class GpuMemoryWarning(UserWarning):
+    """A store took device memory for snapshots that torch's caching allocator had
+    held unused: training may now run out of device memory at its next peak."""
+
+
 class GpuPathWarning(UserWarning):
     """CUDA tensors are saved through host memory: the GPU path is unavailable."""
 
@@ -80,6 +85,16 @@ def gc_paused():
     finally:
         if was:
             gc.enable()
+
+
+def _cache_could_cover(need, device):
+    """Whether CUDA device `device` lacks `need` bytes that torch's caching allocator
+    holds unused (reserved, not allocated): torch.cuda.empty_cache() gives them back."""
+    if not need or not torch.cuda.is_available():
+        return False
+    free = torch.cuda.mem_get_info(device)[0]
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return free < need <= free + unused
 
 
 _PACK_ALIGN = 256  # each packed tensor starts where a CUDA allocation would
@@ -670,14 +685,28 @@ class _Pipeline:
                                  None, self._snapshot_on_wait_bytes(source))
         before = _tasks()
         rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
-        if rc == _lib.ENOMEM and source != _lib.SOURCE_HOST:
-            # Device memory for a snapshot (gpu_source='snapshot', gpu_snapshot_on_wait)
-            # may be held, unused, by torch's caching allocator: given back, then once more.
+        need = self._snapshot_bytes(source)
+        if rc == _lib.ENOMEM and _cache_could_cover(need, device):
+            # Device memory for snapshots that torch's caching allocator holds unused:
+            # given back, then once more, and the trade said.
             torch.cuda.empty_cache()
             rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+            if rc == 0:
+                warnings.warn(GpuMemoryWarning(
+                    f"store '{self.name}': {need} bytes of device memory for snapshots were "
+                    "taken from what torch's caching allocator held unused "
+                    "(torch.cuda.empty_cache()); training's next peak may run out of device "
+                    "memory: a smaller gpu_snapshot_on_wait, or gpu_source='direct', leaves "
+                    "it"), stacklevel=5)
         check(rc, "pipeline")
         self._apply_policy(before, self.threads)
         self._pipe_source = want
+
+    def _snapshot_bytes(self, source):
+        """The device memory the pipeline of `source` takes for snapshots."""
+        if source == _lib.SOURCE_GPU_SNAPSHOT:
+            return lib.pmck_store_data_size(self._h.store)
+        return self._snapshot_on_wait_bytes(source)
 
     def _snapshot_on_wait_bytes(self, source):
         """Device memory for the pipeline's snapshots on wait: gpu_snapshot_on_wait's

@@ -23,13 +23,14 @@ from ._backend import _Backend
 from ._copy import Copier, parallel_fresh
 from ._lib import lib, check
 from ._multirank import _MultiRank
-from ._pipeline import (_GPU_SOURCES, _CallClock, _Pipeline, GpuPathWarning, SaveHandle,
-                        gc_paused)
+from ._pipeline import (_GPU_SOURCES, _CallClock, _Pipeline, GpuMemoryWarning, GpuPathWarning,
+                        SaveHandle, gc_paused)
 from ._recovery import _Recovery, RecoveryWarning, copy_into
 from ._state import META_NAME, Decoder, Flattener, tree_names
 from .errors import Error, LayoutError, NoCheckpointError
 
-__all__ = ["Store", "SaveHandle", "RecoveryWarning", "GpuPathWarning", "copy_into"]
+__all__ = ["Store", "SaveHandle", "RecoveryWarning", "GpuPathWarning", "GpuMemoryWarning",
+           "copy_into"]
 
 
 class Store(_Backend, _Pipeline, _Recovery, _MultiRank):

@@ -390,10 +390,11 @@ def test_pack_host():
 
 def test_pipeline_enomem_retry():
     """A GPU pipeline whose device memory (a snapshot) cannot be had is made once
-    more after torch's caching allocator gave back what it held unused; if that
-    fails too, the error says so and nothing is left half made."""
+    more after torch's caching allocator gave back what it held unused, with a
+    GpuMemoryWarning; if that fails too, or the cache held too little, the error
+    says so and nothing is left half made."""
     from pmckpt import _pipeline
-    real = _pipeline.lib
+    real, could_cover = _pipeline.lib, _pipeline._cache_could_cover
     calls = []
 
     class Lib:  # the library, but pmck_pipeline_new runs out of device memory
@@ -408,31 +409,40 @@ def test_pipeline_enomem_retry():
             if calls.count("new") <= self.fail:
                 return _lib.ENOMEM
             opts._obj.source = _lib.SOURCE_HOST  # no GPU here: the host path stands in
+            opts._obj.snapshot_on_wait = 0
             return real.pmck_pipeline_new(store, opts, out)
 
     empty_cache = torch.cuda.empty_cache
     torch.cuda.empty_cache = lambda: calls.append("empty_cache")
     try:
-        with pmckpt.Store(name="enomem", ramdisk=D) as s:
+        with pmckpt.Store(name="enomem", ramdisk=D, gpu_snapshot_on_wait=1 << 20) as s:
             s.save({"w": torch.arange(10.0)}, 1)
             s._delete_pipeline()
-            want = ["new", "empty_cache", "new"]
-            for fail in (1, 2):
+            # (failures, torch's cache holds enough) -> calls, made, warned
+            for fail, cover, want in ((1, True, (["new", "empty_cache", "new"], True, True)),
+                                      (2, True, (["new", "empty_cache", "new"], False, False)),
+                                      (1, False, (["new"], False, False))):
                 calls.clear()
                 _pipeline.lib = Lib(fail)
-                try:
-                    s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
-                    got = "made"
-                except pmckpt.Error as e:
-                    got = f"raised {type(e).__name__}"
-                finally:
-                    _pipeline.lib = real
-                if calls != want or (got == "made") != (fail == 1) or bool(s._pipe) != (fail == 1):
-                    return f"{fail} failures: {calls}, {got}, pipeline {bool(s._pipe)}"
+                _pipeline._cache_could_cover = lambda need, device: need == 1 << 20 and cover
+                made = False
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    try:
+                        s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+                        made = True
+                    except pmckpt.Error:
+                        pass
+                    finally:
+                        _pipeline.lib, _pipeline._cache_could_cover = real, could_cover
+                warned = any(issubclass(x.category, pmckpt.GpuMemoryWarning) for x in w)
+                if (calls, made, warned) != want or bool(s._pipe) != made:
+                    return (f"{fail} failures, cover {cover}: {calls}, made {made}, "
+                            f"warned {warned}, pipeline {bool(s._pipe)}")
                 s._delete_pipeline()
     finally:
         torch.cuda.empty_cache = empty_cache
-        _pipeline.lib = real
+        _pipeline.lib, _pipeline._cache_could_cover = real, could_cover
 
 
 def test_hook_waits_only_own_layers():
@@ -1157,8 +1167,8 @@ T.run("writer_policy='idle': writer threads SCHED_IDLE, checkpoints equal the sa
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
 T.run("a CUDA state's host tensors are packed into one buffer, each at its aligned offset; "
       "those on another device copied to the path's", test_pack_host)
-T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied",
-      test_pipeline_enomem_retry)
+T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied, "
+      "with a GpuMemoryWarning", test_pipeline_enomem_retry)
 T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
       test_hook_waits_only_own_layers)
 T.run("on_busy='queue': save_async returns at once, the checkpoint begins when the one "
