@@ -90,6 +90,51 @@ def test_partial_load():
     return same(get_state_dict(m2, o2)[0], part["model"])
 
 
+def test_resolve_shortcut():
+    """With DCP's default planner the writer takes each plain tensor item straight from
+    the planner's state_dict (what resolve_data returns for it) and asks resolve_data
+    for the other items; a planner that overrides transform_object is honoured."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    from torch.distributed.checkpoint.planner import WriteItemType
+    calls, real = [], DefaultSavePlanner.resolve_data
+
+    def counting(self, item):
+        calls.append(item.type)
+        return real(self, item)
+
+    DefaultSavePlanner.resolve_data = counting
+    try:
+        with pmckpt.Store(name="dcp-resolve", ramdisk=D) as s:
+            dcp.save(app_state(m1, o1, 11), storage_writer=pmckpt.dcp.StorageWriter(s))
+    finally:
+        DefaultSavePlanner.resolve_data = real
+    if not calls or WriteItemType.TENSOR in calls:
+        return (f"resolve_data asked for {len(calls)} items, "
+                f"{calls.count(WriteItemType.TENSOR)} of them tensors")
+
+    class Doubling(DefaultSavePlanner):
+        def transform_object(self, write_item, object):
+            if write_item.type == WriteItemType.TENSOR and object.is_floating_point():
+                return object * 2
+            return super().transform_object(write_item, object)
+
+    got = {}
+    for name, planner in (("dcp-resolve", None), ("dcp-doubling", Doubling())):
+        with pmckpt.Store(name=name, ramdisk=D) as s:
+            if planner is not None:
+                dcp.save(app_state(m1, o1, 11), storage_writer=pmckpt.dcp.StorageWriter(s),
+                         planner=planner)
+            _, _, got[name] = fresh()
+            dcp.load(got[name], storage_reader=pmckpt.dcp.StorageReader(s))
+    r = same(want1, got["dcp-resolve"])
+    if r:
+        return r
+    for k, v in want1["model"].items():
+        r = same(v * 2 if v.is_floating_point() else v, got["dcp-doubling"]["model"][k], k)
+        if r:
+            return r
+
+
 def test_copyout_file():
     f = os.path.join(SHARED, sorted(os.listdir(SHARED))[-1], "rank-00000.safetensors")
     got = safetensors.torch.load_file(f)
@@ -254,6 +299,8 @@ def test_zero_copy_process_refused():
 T.run("dcp.save then dcp.load into a fresh model and optimizer: equal", test_save_load)
 T.run("dcp.async_save (checkpoint_id = step) then dcp.load: equal", test_async_save)
 T.run("dcp.load of the model alone (DCP's planner)", test_partial_load)
+T.run("default planner: tensors taken from its state_dict, other items resolved; a planner's "
+      "transform_object honoured", test_resolve_shortcut)
 T.run("the DCP checkpoint was copied out as safetensors", test_copyout_file)
 T.run("Store and DCP checkpoints are told apart", test_kinds_apart)
 T.run("a DCP save failing before its commit is dropped; the next one commits",
