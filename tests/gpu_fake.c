@@ -670,6 +670,23 @@ checkpoint_odd_source(struct pmck_pipeline *p, uint64_t step)
  * and overwrites its sources; then the writers go on.  The checkpoint must
  * hold, and verify with, the values put.
  */
+/* A store at path and a D (DMA) pipeline of `threads` writers with device hashing. */
+static int
+open_device_hashing(const char *path, unsigned threads, const char *what, struct pma_region **r,
+		struct pma_pool **pool, struct pmck_store **s, struct pmck_pipeline **p)
+{
+	struct pmck_pipeline_opts o = {.threads = threads, .numa_node = -1,
+			.source = PMCK_SOURCE_GPU_DIRECT};
+
+	setenv("PMCK_GPU_HASH", "device", 1);
+	if (open_store(path, 128 << 20, 0, "f", descs, N, r, pool, s) ||
+	    pmck_pipeline_new(*s, &o, p)) {
+		ok(0, "%s: set up: %s", what, pmck_errormsg());
+		return -1;
+	}
+	return 0;
+}
+
 static void
 test_hash_order(const char *path, uint64_t *step)
 {
@@ -677,17 +694,11 @@ test_hash_order(const char *path, uint64_t *step)
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 8, .numa_node = -1,
-			.source = PMCK_SOURCE_GPU_DIRECT};
 	static const uint32_t others[] = {0, 10, 30, 40, 50}, last = 20;
 	const void *const *srcs = (const void *const *)dev;
 
-	setenv("PMCK_GPU_HASH", "device", 1);
-	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
-	    pmck_pipeline_new(s, &o, &p)) {
-		ok(0, "hash order: set up: %s", pmck_errormsg());
+	if (open_device_hashing(path, 8, "hash order", &r, &pool, &s, &p))
 		return;
-	}
 	fill(++*step);
 	int ret = pmck_pipeline_begin(p, *step);
 	if (!ret)
@@ -727,15 +738,9 @@ test_hash_groups(const char *path, uint64_t *step)
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 1, .numa_node = -1,
-			.source = PMCK_SOURCE_GPU_DIRECT};
 
-	setenv("PMCK_GPU_HASH", "device", 1);
-	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
-	    pmck_pipeline_new(s, &o, &p)) {
-		ok(0, "hash groups: set up: %s", pmck_errormsg());
+	if (open_device_hashing(path, 1, "hash groups", &r, &pool, &s, &p))
 		return;
-	}
 	fill(++*step);
 	unsigned long before = atomic_load(&gpu_hashed), kernels = atomic_load(&hash_kernels);
 	unsigned breached = atomic_load(&breaches);
