@@ -141,10 +141,9 @@ const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
  * hash chunk is computed on the GPU, from the source (G: from the
  * snapshot), by a few kernels per put, each over whole layers
  * (xxh3_long.h: a warp per chunk), instead of by a writer from the bytes
- * that landed.  The writers then only flush
- * what lands.  A chunk goes to the GPU if it takes XXH3's long path and
- * starts 8-aligned; the writers hash the others (a 4-byte tensor, a view
- * at an odd offset) as before.
+ * that landed.  The writers then only flush what lands.  A chunk goes to
+ * the GPU if it takes XXH3's long path and starts 8-aligned; the writers
+ * hash the others (a 4-byte tensor, a view at an odd offset) as before.
  */
 static inline int
 pmck__gpu_hashable(const void *src, size_t len)
@@ -181,7 +180,7 @@ int pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from
 /* Waits (host) for hashed event `event`; the results of its call are then readable. */
 int pmck__gpu_hash_wait(struct pmck_gpu *g, unsigned event);
 
-/* The hash of result slot `slot`, once its put's hashed event has been waited for. */
+/* The hash of result slot `slot`, once its kernel's hashed event has been waited for. */
 uint64_t pmck__gpu_hash_result(const struct pmck_gpu *g, size_t slot);
 
 #endif
