@@ -99,6 +99,7 @@ struct writer_time {
 	unsigned checkpoints;
 };
 
+#ifdef PMCK_HAVE_CUDA
 /* Prints w's shares as bench lines named NAME_writer_*, NAME_commit_time. */
 static void
 print_writer_time(const char *name, const struct writer_time *w)
@@ -113,6 +114,7 @@ print_writer_time(const char *name, const struct writer_time *w)
 				w->hash_wait / w->busy);
 	printf("bench: %s_commit_time %.3f ms\n", name, w->commit / w->checkpoints * 1e3);
 }
+#endif
 
 /*
  * The median time of `reps` checkpoints of every layer, after `warmup`;
