@@ -39,6 +39,7 @@ Where things are (docs/python.md, "DCP on several ranks"):
     which it keeps open (then only that process may write or load it).
 """
 import dataclasses
+import functools
 import io
 import pickle
 import threading
@@ -46,9 +47,9 @@ import time
 import uuid
 from collections import ChainMap
 
+import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import storage as _storage
-import torch
 from torch.distributed.checkpoint.default_planner import (DefaultSavePlanner,
                                                           create_default_global_save_plan)
 from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
@@ -88,26 +89,22 @@ class _GlobalPlan:
     metadata: bytes  # pickled global Metadata, storage_data = {index: (rank, key)}
 
 
-# ------------------------------------------------------------ reopening in another process
+# ------------------------------------------------------------ items from the planner
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_plain_resolve_to_themselves = None  # known at the first save
 
 
+@functools.cache  # the same answer for every thread that asks first
 def _plain_tensors_resolve_to_themselves():
     """Whether DCP's default planner resolves a plain tensor item (no shard offset, or
     the origin) to the tensor itself: find_tensor_shard's checks for DTensor, the
     _Checkpointable protocol and ShardedTensor all fail on one.  Asked of torch once."""
-    global _plain_resolve_to_themselves
-    if _plain_resolve_to_themselves is None:
-        try:
-            from torch.distributed.checkpoint.utils import _is_checkpointable_tensor
-            t = torch.empty(1)
-            _plain_resolve_to_themselves = not (hasattr(t, "__get_tensor_shard__") or
-                                                _is_checkpointable_tensor(t))
-        except (ImportError, AttributeError):
-            _plain_resolve_to_themselves = False
-    return _plain_resolve_to_themselves
+    try:
+        from torch.distributed.checkpoint.utils import _is_checkpointable_tensor
+        t = torch.empty(1)
+        return not (hasattr(t, "__get_tensor_shard__") or _is_checkpointable_tensor(t))
+    except (ImportError, AttributeError):
+        return False
 
 
 def _resolver(planner):
@@ -136,6 +133,8 @@ def _resolver(planner):
         return planner.resolve_data(item)
     return resolve
 
+
+# ------------------------------------------------------------ reopening in another process
 
 def _recipe(store):
     """What reopens `store` in another process (never its handles)."""
