@@ -578,14 +578,17 @@ struct pmck_pipeline_stats {
 	 * Where the writers' time goes, summed over the writers (new, last, as
 	 * above).  busy: running pieces (copy, flush, hash, drain).  GPU
 	 * sources, parts of busy: copy_wait, waiting for sub-copies to land (a
-	 * piece's bytes crossing PCIe); tail, from the piece's last sub-copy
-	 * landing to the piece's end (flushing and hashing what landed last,
-	 * device hashing's wait included, and the drain), the time a writer has
-	 * no copy in flight; hash_wait, waiting for the GPU's hashes of the
-	 * piece (PMCK_GPU_HASH=device).  commit: the commits' time (metadata,
-	 * checksums, the slot made the newest), on the writer that ends each
-	 * checkpoint.  Per checkpoint, 1 - busy / (threads * its duration) is
-	 * the share of the writers' time with no piece to run.
+	 * piece's bytes crossing PCIe, and for its first sub-copy whatever the
+	 * copy waits for on the GPU first: the caller's work before the put, G's
+	 * snapshot); tail, from the piece's last sub-copy landing to the piece's
+	 * end (flushing and hashing what landed last, device hashing's wait
+	 * included, and the drain), the time a writer has no copy in flight;
+	 * hash_wait, waiting for the GPU's hashes of the piece
+	 * (PMCK_GPU_HASH=device).  commit: the commits' time (metadata,
+	 * checksums, the slot made the newest), on the thread that ends each
+	 * checkpoint (a writer; the caller's put if nothing was left to copy),
+	 * not part of busy.  Per checkpoint, 1 - (busy + commit) / (threads *
+	 * its duration) is the share of the writers' time with nothing to run.
 	 */
 	uint64_t writer_busy_ns, writer_copy_wait_ns, writer_tail_ns, writer_hash_wait_ns;
 	uint64_t commit_ns;

@@ -409,10 +409,12 @@ finish_locked(struct pmck_pipeline *p)
 	int committed = 0;
 
 	pthread_mutex_unlock(&p->lock);
-	uint64_t t0 = pmck__now_ns();
-	if (!ret)
+	uint64_t commit_ns = 0;
+	if (!ret) {
+		uint64_t t0 = pmck__now_ns();
 		committed = !(ret = pmck_ckpt_commit(p->ckpt));
-	uint64_t commit_ns = pmck__now_ns() - t0;
+		commit_ns = pmck__now_ns() - t0;
+	}
 	if (ret)
 		pmck_ckpt_abort(p->ckpt);
 	else if (p->opts.copyout)

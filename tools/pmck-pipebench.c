@@ -86,12 +86,6 @@ sleep_ms(double ms)
 	nanosleep(&d, NULL);
 }
 
-/*
- * Median time of a whole pipelined checkpoint with no compute between
- * layers (begin, put every layer, wait for the commit), over `reps` after
- * `warmup` untimed: what verifying the sources (PMCK_PIPELINE_VERIFY_SOURCES)
- * adds to save time, and the GPU strategies' bandwidth.
- */
 /* Where the writers' time went in the timed checkpoints (pmck_pipeline_stats). */
 struct writer_time {
 	double all;      /* the writers' time: threads x the checkpoints' durations, s */
@@ -106,7 +100,8 @@ print_writer_time(const char *name, const struct writer_time *w)
 {
 	if (w->all <= 0 || w->busy <= 0)
 		return;
-	printf("bench: %s_writer_idle_share %.3f fraction\n", name, 1 - w->busy / w->all);
+	printf("bench: %s_writer_idle_share %.3f fraction\n", name,
+			1 - (w->busy + w->commit) / w->all);
 	printf("bench: %s_writer_copy_wait_share %.3f fraction\n", name, w->copy_wait / w->busy);
 	printf("bench: %s_writer_tail_share %.3f fraction\n", name, w->tail / w->busy);
 	if (w->hash_wait > 0)
@@ -117,8 +112,11 @@ print_writer_time(const char *name, const struct writer_time *w)
 #endif
 
 /*
- * The median time of `reps` checkpoints of every layer, after `warmup`;
- * with wt, where the writers' time went in those reps.
+ * Median time of a whole pipelined checkpoint with no compute between
+ * layers (begin, put every layer, wait for the commit), over `reps` after
+ * `warmup` untimed: what verifying the sources (PMCK_PIPELINE_VERIFY_SOURCES)
+ * adds to save time, and the GPU strategies' bandwidth.  With wt, where the
+ * writers' time went in those reps.
  */
 static double
 pipeline_save_time(struct pmck_store *s, void **src, uint32_t nlayers,
@@ -616,9 +614,10 @@ main(int argc, char **argv)
 		}
 		printf("# %u writer threads; GPU figures include the CPU's XXH3 checksums of every byte\n",
 				gthreads);
-		printf("# writer shares: idle (no piece to run) of the writers' time; of their busy "
-				"time, copy_wait (bytes crossing), tail (after a piece's last sub-copy "
-				"landed: its flush and hash, no copy of that writer in flight)\n");
+		printf("# writer shares: idle (neither a piece nor a commit to run) of the writers' "
+				"time; of their busy time, copy_wait (bytes crossing), tail (after a "
+				"piece's last sub-copy landed: its flush and hash, no copy of that writer "
+				"in flight), hash_wait (within the tail)\n");
 		/*
 		 * Device hashing (PMCK_GPU_HASH=device): the GPU hashes the sources and
 		 * the writers only flush, for D (DMA) and G, against the same strategy

@@ -87,14 +87,20 @@ def gc_paused():
             gc.enable()
 
 
+_SNAPSHOT_SLACK = 64 << 20  # what a GPU pipeline takes beyond its snapshot (alignment, lists)
+
+
 def _cache_could_cover(need, device):
-    """Whether CUDA device `device` lacks `need` bytes that torch's caching allocator
-    holds unused (reserved, not allocated): torch.cuda.empty_cache() gives them back."""
+    """Whether CUDA device `device` may lack the `need` bytes of a snapshot (and the
+    pipeline's slack beside it) that torch's caching allocator holds unused:
+    torch.cuda.empty_cache() gives back its free cached blocks (not those of
+    partly used segments, counted out here)."""
     if not need or not torch.cuda.is_available():
         return False
     free = torch.cuda.mem_get_info(device)[0]
-    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return free < need <= free + unused
+    unused = (torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) -
+              torch.cuda.memory_stats(device).get("inactive_split_bytes.all.current", 0))
+    return free < need + _SNAPSHOT_SLACK <= free + unused
 
 
 _PACK_ALIGN = 256  # each packed tensor starts where a CUDA allocation would
