@@ -90,16 +90,22 @@ def gc_paused():
 _SNAPSHOT_SLACK = 64 << 20  # what a GPU pipeline takes beyond its snapshot (alignment, lists)
 
 
-def _cache_could_cover(need, device):
-    """Whether CUDA device `device` may lack the `need` bytes of a snapshot (and the
-    pipeline's slack beside it) that torch's caching allocator holds unused:
-    torch.cuda.empty_cache() gives back its free cached blocks (not those of
-    partly used segments, counted out here)."""
-    if not need or not torch.cuda.is_available():
-        return False
-    free = torch.cuda.mem_get_info(device)[0]
+def cuda_memory_free(device):
+    """(bytes free in the driver, bytes torch's caching allocator holds unused) on CUDA
+    device `device`: the second is what torch.cuda.empty_cache() gives back, or a
+    large allocation of torch's can take (not the free parts of partly used
+    segments, counted out)."""
     unused = (torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) -
               torch.cuda.memory_stats(device).get("inactive_split_bytes.all.current", 0))
+    return torch.cuda.mem_get_info(device)[0], unused
+
+
+def _cache_could_cover(need, device):
+    """Whether CUDA device `device` may lack the `need` bytes of a snapshot (and the
+    pipeline's slack beside it) that torch's caching allocator holds unused."""
+    if not need or not torch.cuda.is_available():
+        return False
+    free, unused = cuda_memory_free(device)
     return free < need + _SNAPSHOT_SLACK <= free + unused
 
 

@@ -15,6 +15,7 @@ import torch
 
 from . import _lib
 from ._lib import lib, check
+from ._pipeline import cuda_memory_free
 from ._state import (META_NAME, dense_permutation, parse_blob, torch_dtype, _PMCK_TO_TORCH,
                      _TORCH_TO_PMCK)
 from .errors import (CorruptError, LayoutError, NoCheckpointError, PMCK_E_NO_CHECKPOINT,
@@ -196,8 +197,7 @@ class _Recovery:
         size += runs[-1][1] - runs[-1][0]
         try:
             if dev.type == "cuda" and mode == "auto":
-                free = torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - \
-                    torch.cuda.memory_allocated(dev)
+                free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
                 if size > free - free // 8:
                     return None  # the training's memory comes first
             scratch = torch.empty(size, dtype=torch.uint8, device=dev)

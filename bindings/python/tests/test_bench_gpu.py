@@ -85,6 +85,9 @@ def test_train_dry_run():
             return f"no ratio line {ratio} ({cfg}):\n{p.stdout}"
     if not any("ckpt call by phase" in ln for ln in lines):
         return f"no checkpoint call split by phase:\n{p.stdout}"
+    if not any(ln.startswith("bench: cost pm_every1: ") and "writers' ms per step" in ln
+               and " busy " in ln for ln in lines):
+        return f"no writers' time in pm_every1's cost line:\n{p.stdout}"
 
 
 if torch.cuda.is_available():
