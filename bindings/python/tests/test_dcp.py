@@ -135,6 +135,48 @@ def test_resolve_shortcut():
             return r
 
 
+def test_metadata_room():
+    """One rank: the writer builds and pickles DCP's global Metadata only to learn its size,
+    once per shape of plan on a store (the commit stores the Metadata DCP hands finish);
+    a state of 1200 tensors, whose metadata outgrows the default meta_capacity, saves and
+    loads; values that outgrow the store's room fail the save before any copy, the
+    previous checkpoint kept."""
+    W = pmckpt.dcp.StorageWriter
+    built, real = [], W._global_metadata
+
+    def counting(self, plans):
+        built.append(len(plans[0].items))
+        return real(self, plans)
+
+    many = {f"t{i}": torch.full((3,), float(i)) for i in range(1200)}
+    W._global_metadata = counting
+    try:
+        with pmckpt.Store(name="dcp-room", ramdisk=D) as s:
+            for step in (1, 2, 3):
+                many["t0"][0] = step
+                dcp.save({"w": many, "note": "a"}, storage_writer=W(s), checkpoint_id=step)
+            if len(built) != 1:
+                return f"3 saves of one shape built the metadata {len(built)} times"
+            dcp.save({"w": many, "note": "a", "more": "b"}, storage_writer=W(s),
+                     checkpoint_id=4)
+            if len(built) != 2:
+                return f"a save of another shape did not measure its metadata ({built})"
+            big = {"w": many, "note": "x" * (8 << 20)}
+            T.raises("values beyond the store's room: the save fails", BaseException,
+                     lambda: dcp.save(big, storage_writer=W(s), checkpoint_id=5),
+                     match="non-tensor values")
+    finally:
+        W._global_metadata = real
+    got = {"w": {k: torch.zeros(3) for k in many}, "note": None, "more": None}
+    with pmckpt.Store(name="dcp-room", ramdisk=D) as s:
+        dcp.load(got, storage_reader=pmckpt.dcp.StorageReader(s))
+        if s.last_recovery["step"] != 4:
+            return f"loaded {s.last_recovery}, not step 4"
+    if got["more"] != "b" or got["w"]["t0"][0] != 3 or not torch.equal(got["w"]["t1199"],
+                                                                       many["t1199"]):
+        return "step 4's values did not come back"
+
+
 def test_copyout_file():
     f = os.path.join(SHARED, sorted(os.listdir(SHARED))[-1], "rank-00000.safetensors")
     got = safetensors.torch.load_file(f)
@@ -284,7 +326,6 @@ def test_zero_copy_unhooked():
 
 
 def test_zero_copy_process_refused():
-    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
     import pickle
     with pmckpt.Store(name="dcpzc-proc", ramdisk=D) as s:
         w = pmckpt.dcp.StorageWriter(s, staging="none")
@@ -301,6 +342,9 @@ T.run("dcp.async_save (checkpoint_id = step) then dcp.load: equal", test_async_s
 T.run("dcp.load of the model alone (DCP's planner)", test_partial_load)
 T.run("default planner: tensors taken from its state_dict, other items resolved; a planner's "
       "transform_object honoured", test_resolve_shortcut)
+T.run("one rank: the global metadata built only to size its room, once per shape; 1200 "
+      "tensors save and load; values beyond the room fail early, the previous step kept",
+      test_metadata_room)
 T.run("the DCP checkpoint was copied out as safetensors", test_copyout_file)
 T.run("Store and DCP checkpoints are told apart", test_kinds_apart)
 T.run("a DCP save failing before its commit is dropped; the next one commits",
