@@ -177,6 +177,39 @@ def test_metadata_room():
         return "step 4's values did not come back"
 
 
+def test_collector_paused():
+    """Python's cyclic collector is off in the writer's and the reader's own calls (planner
+    calls made from them see it off) and on again after dcp.save and dcp.load."""
+    import gc
+    from torch.distributed.checkpoint.default_planner import (DefaultLoadPlanner,
+                                                              DefaultSavePlanner)
+    seen = []
+
+    class SavePlanner(DefaultSavePlanner):
+        def resolve_data(self, write_item):
+            seen.append(("write_data", gc.isenabled()))
+            return super().resolve_data(write_item)
+
+    class LoadPlanner(DefaultLoadPlanner):
+        def resolve_tensor(self, read_item):
+            seen.append(("read_data", gc.isenabled()))
+            return super().resolve_tensor(read_item)
+
+    st = {"w": torch.ones(4), "note": "n"}
+    with pmckpt.Store(name="dcp-gc", ramdisk=D) as s:
+        dcp.save(st, storage_writer=pmckpt.dcp.StorageWriter(s), planner=SavePlanner())
+        after_save = gc.isenabled()
+        got = {"w": torch.zeros(4), "note": None}
+        dcp.load(got, storage_reader=pmckpt.dcp.StorageReader(s), planner=LoadPlanner())
+    calls = {c for c, _ in seen}
+    if calls != {"write_data", "read_data"} or any(on for _, on in seen):
+        return f"collector on in the writer's or reader's calls: {seen}"
+    if not after_save or not gc.isenabled():
+        return "the collector was left off"
+    if not torch.equal(got["w"], st["w"]) or got["note"] != "n":
+        return f"loaded {got}"
+
+
 def test_copyout_file():
     f = os.path.join(SHARED, sorted(os.listdir(SHARED))[-1], "rank-00000.safetensors")
     got = safetensors.torch.load_file(f)
@@ -345,6 +378,8 @@ T.run("default planner: tensors taken from its state_dict, other items resolved;
 T.run("one rank: the global metadata built only to size its room, once per shape; 1200 "
       "tensors save and load; values beyond the room fail early, the previous step kept",
       test_metadata_room)
+T.run("the collector paused in the writer's and reader's calls, on again after",
+      test_collector_paused)
 T.run("the DCP checkpoint was copied out as safetensors", test_copyout_file)
 T.run("Store and DCP checkpoints are told apart", test_kinds_apart)
 T.run("a DCP save failing before its commit is dropped; the next one commits",
