@@ -176,6 +176,15 @@ def _reopen(recipe):
 
 # ------------------------------------------------------------ writing
 
+def _several_ranks(store):
+    """Whether this process saves as one of several ranks: its store says so, or the
+    default process group has more than one."""
+    if store.world_size > 1:
+        return True
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 class StorageWriter(_storage.StorageWriter):
     """Writes each rank's part of a DCP checkpoint into that rank's pmckpt.Store.
 
@@ -218,6 +227,15 @@ class StorageWriter(_storage.StorageWriter):
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        if kwargs.get("use_collectives") is False and _several_ranks(self.store):
+            # Each rank would plan alone, as rank 0 of 1, and the coordinator's metadata
+            # would name its own items only: no rank could load the others'.
+            err = Error("pmckpt.dcp.StorageWriter: dcp.save(use_collectives=False) on several "
+                        "ranks is not supported (each rank would write a checkpoint of its "
+                        "own plan alone); save with use_collectives=True, the default")
+            if self._pending is not None and not self._pending.settled:
+                self._pending.release(err)  # a zero-copy save: its hooks go on
+            raise err
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank", self.rank)
 
@@ -265,11 +283,15 @@ class StorageWriter(_storage.StorageWriter):
 
     def _metadata_size(self, plans):
         """The pickled global Metadata's size, measured (built and pickled) once per
-        shape of plan on this store: the same count of items, of their names' characters
-        and of their dimensions.  Plans of one shape pickle to within a few bytes of each
-        other (integers of other widths), and the commit's room is twice the size.  A
-        single-rank dcp.save of 1172 tensors (GPT-2 medium with AdamW) spent ~11 ms of
-        ~58 building and pickling it on every save (dev VM)."""
+        shape of plan by this Store object: the same count of items, of their names'
+        characters and of their dimensions.  A store's tensors are fixed at its first save
+        (another name or shape is a LayoutError), so only its non-tensor items can differ
+        between two plans of one shape, by a few bytes (integers of other widths); the
+        commit's room is twice the size, the first save (always measured) fixes a capacity
+        of twice that again, and a metadata that outgrows it fails at the commit
+        (_put_meta: nothing committed, the previous checkpoint kept).  A single-rank
+        dcp.save of 1172 tensors (GPT-2 medium with AdamW) spent ~11 ms of ~58 building
+        and pickling it on every save (dev VM)."""
         items = plans[0].items
         shape = (len(items), sum(len(it.index.fqn) for it in items),
                  sum(len(it.tensor_data.size) for it in items if it.tensor_data is not None))

@@ -37,7 +37,9 @@ class Tap:
         an exception fails it with the traceback."""
         try:
             r = fn(*args)
-        except Exception:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # DCP's CheckpointException among them: the next tests still run
             return self.ok(False, name, traceback.format_exc())
         if isinstance(r, str):
             return self.ok(False, name, r)

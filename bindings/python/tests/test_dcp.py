@@ -195,14 +195,24 @@ def test_collector_paused():
             seen.append(("read_data", gc.isenabled()))
             return super().resolve_tensor(read_item)
 
+    class Reader(pmckpt.dcp.StorageReader):  # the inner halves of the reader's calls
+        def _read_metadata(self):
+            seen.append(("read_metadata", gc.isenabled()))
+            return super()._read_metadata()
+
+        def _set_up(self, metadata):
+            seen.append(("set_up_storage_reader", gc.isenabled()))
+            return super()._set_up(metadata)
+
     st = {"w": torch.ones(4), "note": "n"}
     with pmckpt.Store(name="dcp-gc", ramdisk=D) as s:
         dcp.save(st, storage_writer=pmckpt.dcp.StorageWriter(s), planner=SavePlanner())
         after_save = gc.isenabled()
         got = {"w": torch.zeros(4), "note": None}
-        dcp.load(got, storage_reader=pmckpt.dcp.StorageReader(s), planner=LoadPlanner())
+        dcp.load(got, storage_reader=Reader(s), planner=LoadPlanner())
     calls = {c for c, _ in seen}
-    if calls != {"write_data", "read_data"} or any(on for _, on in seen):
+    if calls != {"write_data", "read_data", "read_metadata", "set_up_storage_reader"} or \
+            any(on for _, on in seen):
         return f"collector on in the writer's or reader's calls: {seen}"
     if not after_save or not gc.isenabled():
         return "the collector was left off"

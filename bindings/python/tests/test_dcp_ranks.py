@@ -209,6 +209,15 @@ def worker(mode, d, rank, world, rdzv, args):
         why = load_check(r, 8)
         out(f"process {'ok' if why is None else 'BAD ' + why} step {r.last_recovery['step']} "
             f"pid {os.getpid()}")
+        # use_collectives=False on 2 ranks: refused by name, nothing written, step 8 kept
+        try:
+            dcp.save(sharded(mesh, 9), storage_writer=pmckpt.dcp.StorageWriter(r),
+                     checkpoint_id=9, use_collectives=False)
+            why = "saved"
+        except BaseException as e:  # noqa: B036 -- DCP may wrap it in CheckpointException
+            why = None if "use_collectives=False" in str(e) else f"error {str(e)!r}"
+        why = why or load_check(r, 8)
+        out(f"nocoll {'ok' if why is None else 'BAD ' + why}")
     elif mode == "zerocopy":  # staging="none" + hook_optimizer, async_save every step
         s = pmckpt.Store(name=f"zc-r{rank}", ramdisk=ram, verify_sources=True, keep=2)
         w = torch.nn.Parameter(sharded(mesh, 1)["model"]["w"].to_local().clone())
@@ -370,6 +379,9 @@ def main():
     procs = [l for l in text.splitlines() if " process ok step 8" in l]
     T.ok(len(procs) == 2, "2 ranks: dcp.async_save(PROCESS) reopens each store in DCP's "
          "checkpoint process; dcp.load gets step 8 bit-exact", text)
+
+    T.ok(oks(text, "nocoll", 2), "2 ranks: dcp.save(use_collectives=False) refused by name, "
+         "step 8 still loads", text)
 
     text = output(launch("zerocopy", 2))
     T.ok(oks(text, "zerocopy", 2), "2 ranks: zero-copy dcp.async_save (staging='none') every "
