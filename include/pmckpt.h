@@ -272,6 +272,24 @@ struct pmck_recovery {
 int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 
 /*
+ * pmck_store_recover_into -- pmck_store_recover, copying the checkpoint out
+ * as it is verified: each chunk of tensor i is hashed and then copied to
+ * dst[i] while it is in the cache, on every CPU, so that the slot is read
+ * once rather than twice (recover, then pmck_store_read).
+ * dst: one entry per tensor of the store, in index order (pmck_store_find):
+ * memory the caller owns, of the tensor's nbytes (ordinary memory, not this
+ * store's region), or NULL for a tensor to verify without copying.  When
+ * the newest sealed slot fails, the older one is verified and copied over
+ * the same buffers.  On success dst[i] holds tensor i of the recovered
+ * checkpoint, as pmck_store_read would give it; after an error the
+ * buffers' contents are unspecified, so give it memory no one reads until
+ * it returns 0 (new buffers, not a live copy of the state).  Otherwise as
+ * pmck_store_recover: *info, the rejections, the readable checkpoint.
+ * Errors: those of pmck_store_recover; -EINVAL (dst NULL).
+ */
+int pmck_store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info);
+
+/*
  * pmck_store_tensor_data -- read-only address of tensor idx in the
  * recovered checkpoint; NULL before a successful recover or for a bad idx.
  * Valid until the second begin after recover (the first writes the other slot).

@@ -11,6 +11,7 @@
  * different threads and still give one value.
  */
 #include <immintrin.h>
+#include <string.h>
 #include <libpmem2.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -45,6 +46,27 @@ pmck_tensor_checksum(const void *data, uint64_t len)
 		XXH3_64bits_update(&outer, &h, sizeof(h));
 	}
 	return XXH3_64bits_digest(&outer);
+}
+
+/*
+ * pmck__hash_copy -- pmck__hash(src, len), with src copied to dst (ordinary
+ * memory, not the region) on the way: a block at a time, hashed and then
+ * copied while it is in L1, so that src is read from DRAM once.  XXH3's
+ * streaming form gives the one-shot value for every length.
+ */
+uint64_t
+pmck__hash_copy(void *dst, const void *src, size_t len)
+{
+	const size_t block = 16 << 10; /* 16-32 KiB blocks copied fastest (shared/notes) */
+	XXH3_state_t state;
+
+	XXH3_64bits_reset(&state);
+	for (size_t off = 0; off < len; off += block) {
+		size_t n = len - off < block ? len - off : block;
+		XXH3_64bits_update_dispatch(&state, (const char *)src + off, n);
+		memcpy((char *)dst + off, (const char *)src + off, n);
+	}
+	return XXH3_64bits_digest(&state);
 }
 
 /* Without AVX-512 (and for short lengths): hash a block, then stream it from the cache. */

@@ -304,6 +304,7 @@ int pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
 uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,
 		size_t len, size_t block);
 uint64_t pmck__hash(const void *data, size_t len);
+uint64_t pmck__hash_copy(void *dst, const void *src, size_t len);
 uint64_t pmck__combine(const uint64_t *chunk_hashes, size_t n);
 /* XXH3's default secret (XXH3_kSecret, PMCK_XXH3_SECRET_SIZE bytes), for device hashing (gpu.cu). */
 const uint8_t *pmck__xxh3_secret(void);
@@ -339,6 +340,8 @@ void pmck__reject_start(struct pmck_store *s, unsigned rank);
 struct pmck_rejection *pmck__reject(struct pmck_store *s, unsigned rank, enum pmck_tier tier,
 		uint64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info);
+/* pmck__store_recover, copying each tensor i of the slot it verifies to dst[i] (if not NULL). */
+int pmck__store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info);
 int pmck__store_recover_step(struct pmck_store *s, uint64_t step, struct pmck_recovery *info);
 /*
  * recover.c: the slot sealed with `step` becomes the readable one without

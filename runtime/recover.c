@@ -11,33 +11,39 @@
 struct verify {
 	const struct pmck_store *s;
 	unsigned slot;
+	void *const *dst; /* NULL, or where each tensor goes as it is hashed (NULL: nowhere) */
 };
 
-/* Hashes the chunks of one piece into the store's chunk-hash array. */
+/*
+ * Hashes the chunks of one piece into the store's chunk-hash array; copies
+ * them to the tensor's destination on the way, if it has one.
+ */
 static int
 hash_piece(void *arg, uint32_t tensor, uint64_t off, uint64_t len)
 {
 	const struct verify *v = arg;
 	const struct pmck_store *s = v->s;
 	const char *p = s->data[v->slot] + s->tmap[tensor].offset;
+	char *to = v->dst ? v->dst[tensor] : NULL;
 	uint64_t *hash = &s->chunk_hash[s->chunk_first[tensor]];
 
 	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
 		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
-		hash[pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+		hash[pos / PMCK_HASH_CHUNK] = to ? pmck__hash_copy(to + pos, p + pos, n) :
+				pmck__hash(p + pos, n);
 	}
 	return 0;
 }
 
 /*
  * Index of the first tensor of slot k whose checksum fails, or -1.  The
- * chunks are hashed on all CPUs; the chunk-hash array is free because no
- * checkpoint is in flight.
+ * chunks are hashed on all CPUs (and copied to dst, see struct verify); the
+ * chunk-hash array is free because no checkpoint is in flight.
  */
 static int64_t
-verify_slot(const struct pmck_store *s, unsigned k)
+verify_slot(const struct pmck_store *s, unsigned k, void *const *dst)
 {
-	struct verify v = {s, k};
+	struct verify v = {s, k, dst};
 
 	if (pmck__for_each_piece(s, 0, hash_piece, &v))
 		return 0; /* cannot hash (out of memory): do not trust the slot */
@@ -106,7 +112,24 @@ pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info)
 }
 
 int
+pmck_store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info)
+{
+	if (!dst)
+		return pma__err(-EINVAL, "store '%s': recover_into without destinations", s->name);
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	pmck__reject_start(s, s->world_tag ? PMCK__TAG_RANK(s->world_tag) : 0);
+	return pmck__store_recover_into(s, dst, info);
+}
+
+int
 pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info)
+{
+	return pmck__store_recover_into(s, NULL, info);
+}
+
+int
+pmck__store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info)
 {
 	struct pmck_recovery r = {0};
 
@@ -125,7 +148,8 @@ pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info)
 		unsigned k = order[o];
 		if (st[k] < 0)
 			continue;
-		int64_t bad = verify_slot(s, k);
+		/* A failing slot leaves dst with some of its bytes: the next one overwrites all. */
+		int64_t bad = verify_slot(s, k, dst);
 		if (bad < 0) {
 			s->readable_slot = (int)k;
 			r.step = (uint64_t)st[k];
@@ -212,7 +236,7 @@ load_step(struct pmck_store *s, uint64_t step, int verify, struct pmck_recovery 
 	for (unsigned k = 0; k < 2; k++) {
 		if (pmck__sealed_step(s, k) != (int64_t)step)
 			continue;
-		int64_t bad = verify ? verify_slot(s, k) : -1;
+		int64_t bad = verify ? verify_slot(s, k, NULL) : -1;
 		if (bad >= 0) {
 			pmck__reject(s, s->rej_rank, PMCK_TIER_LOCAL, step,
 					"local slot %u failed its checksum (tensor '%s')", k,

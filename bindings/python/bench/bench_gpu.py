@@ -122,10 +122,10 @@ class LoadPhases:
         self.on = False
         recover, early = store._recover, store._start_early_copies
 
-        def timed_recover():
+        def timed_recover(*args):  # fresh buffers (a load into new tensors), if any
             t0 = time.perf_counter()
             try:
-                return recover()
+                return recover(*args)
             finally:
                 if self.on:
                     self.verify.append(time.perf_counter() - t0)

@@ -277,6 +277,8 @@ _OPTIONAL = {
     "pma_ns_dax_path": (c_int, [c_char_p, c_int, c_char_p, c_size_t]),
     "pmck_store_slot_step": (c_int64, [c_void_p, c_uint]),
     "pmck_store_slot_tensor_data": (c_void_p, [c_void_p, c_uint, c_size_t]),
+    # recovery that copies the checkpoint out as it verifies it (load into new host tensors)
+    "pmck_store_recover_into": (c_int, [c_void_p, POINTER(c_void_p), POINTER(Recovery)]),
     # the candidates the last recovery rejected (a library without it reports none)
     "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
     # stream-ordered GPU copies (a library without them: the caller synchronises the device)

@@ -345,10 +345,24 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         """load()'s rest, with the lock held: recovery (unless load(step=) did it),
         then the copies out of the readable checkpoint; early: the copies started
         before verification (_EarlyCopies), used if recovery chose their slot."""
+        fresh = None
         if step is None:
-            self._recover()
+            # Into new host tensors (no into=): recovery copies each tensor out of the slot
+            # as it verifies it, one read of the slot instead of two (_fresh_buffers).
+            fresh = self._fresh_buffers(map_location) if into is None else None
+            if not self._recover(fresh):
+                fresh = None  # not the local recovery that fills them: copied as below
             if early is not None and not early.matches(self.last_recovery):
                 early = None  # recovery chose another checkpoint: its copies go unused
+        try:
+            return self._load_checkpoint(early, targets, into, map_location, fresh)
+        finally:
+            if fresh:
+                fresh.clear()  # the buffers no tensor took, also when the load failed
+
+    def _load_checkpoint(self, early, targets, into, map_location, fresh):
+        """_load_recovered's copies out of the readable checkpoint."""
+        offered = sum(b.numel() for b in fresh.values()) if fresh else 0
         doc, _ = self._read_blob()
         if doc.get("kind") != "state_dict":
             raise Error(f"store '{self.name}' holds a DCP checkpoint: load it with "
@@ -368,7 +382,12 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             if early is not None and early.take(name, info, dst):
                 tensors[name] = dst
                 continue
-            tensors[name] = self._load_tensor(name, info, dst, map_location, copier)
+            tensors[name] = self._load_tensor(name, info, dst, map_location, copier, fresh)
+        if offered:
+            # the bytes the new tensors took from recovery's pass (_load_tensor took each)
+            left = sum(b.numel() for b in fresh.values())
+            self.last_recovery["one_pass_bytes"] = offered - left
+            fresh.clear()  # the rest went unused: freed before the copies below
         if early is not None:
             early.finish()  # verified: from the scratch buffer into the tensors
             self.last_recovery["early_bytes"] = early.nbytes

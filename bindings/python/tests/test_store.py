@@ -70,9 +70,25 @@ def test_round_trip():
         out = s.load()
         if s.last_recovery["step"] != 1:
             return f"step {s.last_recovery}"
+        # one pass: recovery copied the host tensors out as it verified them (the bytes
+        # the new tensors took from its buffers)
+        nbytes = sum(v.numel() * v.element_size() for v in sd["tensors"].values()
+                     if v is not sd["tensors"]["tied"])
+        if s.last_recovery.get("one_pass_bytes", 0) < nbytes:
+            return f"load() did not copy in recovery's pass: {s.last_recovery}"
+        base = lib.pma_region_addr(s._h.region)
+        end = base + lib.pma_region_size(s._h.region)
+        loaded = [v for v in out["tensors"].values() if v.numel()]
+        if any(base <= v.data_ptr() < end for v in loaded):
+            return "a loaded tensor views the region"
+        into = s.load()
+        out2 = s.load(into=into)
+        if "one_pass_bytes" in s.last_recovery or out2["tensors"]["torch.float32"] is not \
+                into["tensors"]["torch.float32"]:
+            return "load(into=) took the one-pass path (into= must never hold unverified bytes)"
     sv = sd["tensors"]["strided_view"]
     sd["tensors"]["strided_view"] = sv.contiguous()  # a holey view comes back packed
-    r = same(sd, out)
+    r = same(sd, out) or same(sd, out2)
     if r:
         return r
     if out["tensors"]["tied"] is not out["model"]["0.weight"]:
@@ -809,6 +825,47 @@ def test_corrupted_slot():
         T.raises("corrupted store header: CorruptError", pmckpt.CorruptError, s.load)
 
 
+def test_one_pass_fallbacks():
+    """load() into new tensors copies in recovery's pass (one_pass_bytes): with the
+    newest slot damaged the older one is copied over the same buffers; with both
+    damaged and a shared_dir, the shared step is imported and the buffers, half
+    written, go unused."""
+    sh = T.tmpdir("pmck-py-onepass-shared-")
+    states = {}
+    with pmckpt.Store(name="onepass", ramdisk=D, shared_dir=sh, keep=3) as s:
+        for step in (1, 2):
+            m = mlp(seed=40 + step)
+            opt = torch.optim.Adam(m.parameters())
+            one_step(m, opt, step)
+            states[step] = train_state(m, opt, step=step)
+            s.save(states[step], step)
+        s.wait_copyout()
+        s.load()
+        newest = s.last_recovery["slot"]
+    path, off, _ = slot_address("onepass", newest, "model/2.weight")
+    flip(path, off + 3)
+    with pmckpt.Store(name="onepass", ramdisk=D) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+            out = s.load()
+        rec = s.last_recovery
+    if rec["step"] != 1 or not rec.get("one_pass_bytes"):
+        return f"newest slot damaged: {rec}, wanted step 1 in one pass"
+    r = same(states[1], out)
+    if r:
+        return f"newest slot damaged: {r}"
+    _, off1, _ = slot_address("onepass", 1 - newest, "model/0.weight")
+    flip(path, off1 + 3)
+    with pmckpt.Store(name="onepass", ramdisk=D, shared_dir=sh) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+            out = s.load()
+        rec = s.last_recovery
+    if rec["step"] != 2 or rec["tier"] != "shared" or "one_pass_bytes" in rec:
+        return f"both slots damaged: {rec}, wanted step 2 from the shared file"
+    return same(states[2], out)
+
+
 def test_no_checkpoint():
     with pmckpt.Store(name="nothing-here", ramdisk=D) as s:
         T.raises("load of a store that does not exist: NoCheckpointError",
@@ -1181,6 +1238,8 @@ T.run("metadata beyond capacity: nothing written, the previous checkpoint loads"
 T.run("another layout: LayoutError, the previous checkpoint loads", test_other_layout)
 T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarning",
       test_corrupted_slot)
+T.run("one pass: newest slot damaged, the older copied over the same buffers; both "
+      "damaged, the shared step imported and the buffers unused", test_one_pass_fallbacks)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
 T.run("no GPU path: CUDA tensors through host memory, a GpuPathWarning saying why, once",
       test_gpu_path_warning)
