@@ -49,27 +49,11 @@ pmck_tensor_checksum(const void *data, uint64_t len)
 }
 
 /*
- * pmck__hash_copy -- pmck__hash(src, len), with src copied to dst (ordinary
- * memory, not the region) on the way: a block at a time, hashed and then
- * copied while it is in L1, so that src is read from DRAM once.  XXH3's
- * streaming form gives the one-shot value for every length.
+ * Hash a block, then copy it while it is in L1: src is read from DRAM once.
+ * Into the region r (non-temporal, not drained), or, with r NULL, into
+ * ordinary memory.  XXH3's streaming form gives the one-shot value for
+ * every length.  Without AVX-512, and for short lengths, pmck__copy_hash's.
  */
-uint64_t
-pmck__hash_copy(void *dst, const void *src, size_t len)
-{
-	const size_t block = 16 << 10; /* 16-32 KiB blocks copied fastest (shared/notes) */
-	XXH3_state_t state;
-
-	XXH3_64bits_reset(&state);
-	for (size_t off = 0; off < len; off += block) {
-		size_t n = len - off < block ? len - off : block;
-		XXH3_64bits_update_dispatch(&state, (const char *)src + off, n);
-		memcpy((char *)dst + off, (const char *)src + off, n);
-	}
-	return XXH3_64bits_digest(&state);
-}
-
-/* Without AVX-512 (and for short lengths): hash a block, then stream it from the cache. */
 static uint64_t
 copy_hash_blocks(const struct pma_region *r, void *dst, const void *src, size_t len,
 		size_t block)
@@ -80,9 +64,24 @@ copy_hash_blocks(const struct pma_region *r, void *dst, const void *src, size_t 
 	for (size_t off = 0; off < len; off += block) {
 		size_t n = len - off < block ? len - off : block;
 		XXH3_64bits_update_dispatch(&state, (const char *)src + off, n);
-		pma_region_memcpy(r, (char *)dst + off, (const char *)src + off, n, NT_NODRAIN);
+		if (r)
+			pma_region_memcpy(r, (char *)dst + off, (const char *)src + off, n,
+					NT_NODRAIN);
+		else
+			memcpy((char *)dst + off, (const char *)src + off, n);
 	}
 	return XXH3_64bits_digest(&state);
+}
+
+/*
+ * pmck__hash_copy -- pmck__hash(src, len), with src copied to dst (ordinary
+ * memory, not the region) on the way, in 16 KiB blocks (16-32 KiB copied
+ * fastest: shared/notes/checksums.md).
+ */
+uint64_t
+pmck__hash_copy(void *dst, const void *src, size_t len)
+{
+	return copy_hash_blocks(NULL, dst, src, len, 16 << 10);
 }
 
 /*

@@ -662,14 +662,6 @@ checkpoint_odd_source(struct pmck_pipeline *p, uint64_t step)
 	return ret;
 }
 
-/*
- * Device hashing, D: the hash kernel reads the sources, so a caller's
- * stream-ordered wait for a layer must order after it too.  Layer 20 is put
- * alone, after the others are persisted; its writers (one per piece) are
- * held before its hashes run; the caller waits for the layer on its stream
- * and overwrites its sources; then the writers go on.  The checkpoint must
- * hold, and verify with, the values put.
- */
 /* A store at path and a D (DMA) pipeline of `threads` writers with device hashing. */
 static int
 open_device_hashing(const char *path, unsigned threads, const char *what, struct pma_region **r,
@@ -687,6 +679,14 @@ open_device_hashing(const char *path, unsigned threads, const char *what, struct
 	return 0;
 }
 
+/*
+ * Device hashing, D: the hash kernel reads the sources, so a caller's
+ * stream-ordered wait for a layer must order after it too.  Layer 20 is put
+ * alone, after the others are persisted; its writers (one per piece) are
+ * held before its hashes run; the caller waits for the layer on its stream
+ * and overwrites its sources; then the writers go on.  The checkpoint must
+ * hold, and verify with, the values put.
+ */
 static void
 test_hash_order(const char *path, uint64_t *step)
 {

@@ -7,7 +7,6 @@ checkpoint's metadata and tensors out of the region.  Internals of
 pmckpt.Store (store.py), mixed into it; the multi-rank recovery is
 _multirank.py's."""
 import ctypes
-import struct
 import warnings
 from ctypes import byref
 
@@ -79,7 +78,6 @@ def copy_into(dst, src, copier, fresh=False):
 
 _SLOT_DATA = _lib.optional("pmck_store_slot_tensor_data")
 _RECOVER_INTO = _lib.optional("pmck_store_recover_into")
-_SLOT_STEP = _lib.optional("pmck_store_slot_step")
 _EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
 
@@ -159,18 +157,13 @@ class _Recovery:
         if len(devs) != 1:
             return None
         dev = devs.pop()
-        self._settle_inflight()
-        if self._h is None:
-            self._h = self._open_existing()
-        if self._h is None:
+        newest = self._newest_sealed_slot()
+        if newest is None:
             return None
         if dev.type == "cuda" and not self._map_for_loads(want, {}, None) and mode == "auto":
             return None
+        k, step = newest
         s = self._h.store
-        steps = [lib.pmck_store_slot_step(s, k) for k in (0, 1)]
-        k = 0 if steps[0] >= steps[1] else 1
-        if steps[k] < 0:
-            return None
         rows, ti = [], _lib.TensorInfo()
         for name, t in want.items():
             n = t.numel() * t.element_size()
@@ -207,7 +200,19 @@ class _Recovery:
             return None
         for first, end, off in runs:
             scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
-        return _EarlyCopies(k, steps[k], scratch, placed)
+        return _EarlyCopies(k, step, scratch, placed)
+
+    def _newest_sealed_slot(self):
+        """(slot, step) of the local store's newest sealed slot, not verified, the store
+        opened and its checkpoint in flight ended; None without a store or a sealed slot."""
+        self._settle_inflight()
+        if self._h is None:
+            self._h = self._open_existing()
+        if self._h is None:
+            return None
+        steps = [lib.pmck_store_slot_step(self._h.store, k) for k in (0, 1)]
+        k = 0 if steps[0] >= steps[1] else 1
+        return (k, steps[k]) if steps[k] >= 0 else None
 
     def _fresh_buffers(self, map_location):
         """For a load into new tensors: a new uint8 host buffer for each tensor that
@@ -218,29 +223,21 @@ class _Recovery:
         metadata puts it on the host, and copies the others as before.  {index:
         buffer}, or None where this does not apply (a group, no library support, no
         local store, a slot with no readable metadata)."""
-        if _RECOVER_INTO is None or _SLOT_DATA is None or _SLOT_STEP is None or \
-                self._coll is not None:
+        if _RECOVER_INTO is None or _SLOT_DATA is None or self._coll is not None:
             return None
         if map_location is not None and torch.device(map_location).type != "cpu":
             return None
-        self._settle_inflight()
-        if self._h is None:
-            self._h = self._open_existing()
-        if self._h is None:
+        newest = self._newest_sealed_slot()
+        if newest is None:
             return None
         s = self._h.store
-        steps = [_SLOT_STEP(s, k) for k in (0, 1)]
-        k = 0 if steps[0] >= steps[1] else 1
         meta = lib.pmck_store_find(s, META_NAME.encode())
-        if steps[k] < 0 or meta < 0:
+        if meta < 0:
             return None
         try:
             ti = _lib.TensorInfo()
             check(lib.pmck_store_tensor(s, meta, byref(ti)))
-            ptr = _SLOT_DATA(s, k, meta)
-            _, jlen, blen = BLOB_HEAD.unpack(ctypes.string_at(ptr, BLOB_HEAD.size))
-            doc, _ = parse_blob(ctypes.string_at(ptr, min(BLOB_HEAD.size + jlen + blen,
-                                                          ti.nbytes)))
+            doc, _ = _blob_at(_SLOT_DATA(s, newest[0], meta), ti.nbytes)
             if doc.get("kind") != "state_dict":
                 return None  # a DCP checkpoint: load() refuses it, with nothing copied
             infos = doc.get("tensors", {})
@@ -370,10 +367,7 @@ class _Recovery:
         idx = lib.pmck_store_find(s, META_NAME.encode())
         if idx < 0:
             raise LayoutError(f"store '{self.name}' holds no {META_NAME} tensor")
-        ptr = lib.pmck_store_tensor_data(s, idx)
-        head = ctypes.string_at(ptr, 24)
-        _, jlen, blen = struct.unpack("<8sQQ", head)
-        return parse_blob(ctypes.string_at(ptr, min(24 + jlen + blen, self._layout.capacity())))
+        return _blob_at(lib.pmck_store_tensor_data(s, idx), self._layout.capacity())
 
     def _stored(self, name, info):
         """(index, TensorInfo, shape, dtype) of tensor `name` in the recovered checkpoint."""
@@ -430,6 +424,13 @@ class _Recovery:
                               f"{src.dtype}{list(src.shape)} in the checkpoint")
         copy_into(dst, src, copier, fresh)
         return dst
+
+
+def _blob_at(ptr, capacity):
+    """(JSON document, binary part) of the metadata blob at ptr (parse_blob), read no
+    further than its header says nor than capacity bytes."""
+    _, jlen, blen = BLOB_HEAD.unpack(ctypes.string_at(ptr, BLOB_HEAD.size))
+    return parse_blob(ctypes.string_at(ptr, min(BLOB_HEAD.size + jlen + blen, capacity)))
 
 
 def _shape_dtype(ti, info):
