@@ -10,6 +10,12 @@ skips where there is no GPU):
   ratio: gpu_load_into_vs_pinned_h2d      Store.load(into=) the same CUDA tensors,
           verified, against a pinned H2D of them, the faster of the same two
           (goal >= 0.8)
+  ratio: gpu_load_new_vs_pinned_h2d       Store.load() of the same state into new
+          CUDA tensors (a restart onto the GPU), verified, against the same
+          baseline; and gpu_load_new_early_vs_after_verify, the same load with
+          its copies started while the CPU verifies the slot (the default)
+          against the copies after verification (Store._early_load "never"),
+          the two in turn, as speed
   ratio: gpu_save_device_hash_vs_host_hash  the same Store.save with device
           hashing (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
           only flush) against the host's hashing, as speed (above 1: faster);
@@ -130,13 +136,13 @@ class LoadPhases:
                 if self.on:
                     self.verify.append(time.perf_counter() - t0)
 
-        def timed_early(targets):
+        def timed_early(targets, **kw):
             if not self.on or dev.type != "cuda":
-                return early(targets)
+                return early(targets, **kw)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             t0 = time.perf_counter()
-            out = early(targets)
+            out = early(targets, **kw)
             e1.record()
             if out is not None:  # None: the load copies after verification, as before
                 self._events.append((e0, e1))
@@ -280,6 +286,7 @@ def main():
         f()  # the baselines' first touch of their buffers, untimed, as the store's first save
     d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
+    load_new, load_new_late = [], []
     dcp_save, dcp_fs_save = [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
@@ -312,6 +319,12 @@ def main():
             phases.on = True
             load.append(timed(lambda: s.load(into=st), dev))
             phases.on = False
+            # Into new tensors (a restart's load), the early copies on and off in turn.
+            ways = [("auto", load_new), ("never", load_new_late)]
+            for mode, times in ways[rep % 2:] + ways[:rep % 2]:
+                s._early_load = mode
+                times.append(timed(lambda: s.load(), dev))
+            s._early_load = "auto"
             step += 1
             sync(dev)
             t0 = time.perf_counter()
@@ -355,6 +368,10 @@ def main():
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_load_into_vs_pinned_h2d {h2d_best / med(load):.3f}")
     phases.report()
+    print(f"bench: gpu_load_new {nbytes / med(load_new) / 1e9:.2f} GB/s")
+    print(f"bench: gpu_load_new_after_verify {nbytes / med(load_new_late) / 1e9:.2f} GB/s")
+    print(f"ratio: gpu_load_new_vs_pinned_h2d {h2d_best / med(load_new):.3f}")
+    print(f"ratio: gpu_load_new_early_vs_after_verify {med(load_new_late) / med(load_new):.3f}")
     print(f"bench: gpu_save_async_stall {med(stall) * 1e3:.2f} ms")
     print(f"bench: gpu_dcp_async_save_stall {med(dcp_stall) * 1e3:.2f} ms")
     print(f"ratio: gpu_stall_vs_dcp_async {med(stall) / med(dcp_stall):.4f}")

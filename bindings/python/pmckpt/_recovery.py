@@ -80,22 +80,31 @@ _SLOT_DATA = _lib.optional("pmck_store_slot_tensor_data")
 _RECOVER_INTO = _lib.optional("pmck_store_recover_into")
 _EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
+_EARLY_OWN = 1 << 20   # a new tensor this large takes its bytes in a copy of its own
 
 
 class _EarlyCopies:
     """A load's copies started before recovery has verified the checkpoint
-    (Store._start_early_copies): the into= tensors' bytes cross from the
-    newest sealed slot into a scratch buffer on their device while the CPU
-    hashes that slot, and reach the tensors only if recovery then makes that
-    same slot readable.  A load into CUDA tensors so takes about as long as its
-    copy over PCIe, not the verification plus the copy, and a tensor of
-    into= never holds bytes that failed verification.  Costs a device buffer
-    as large as the copied tensors, for the load's duration."""
+    (Store._start_early_copies): tensors' bytes cross from the newest sealed
+    slot to their device while the CPU hashes that slot, and are used only if
+    recovery then makes that same slot readable.  A load onto a GPU so takes
+    about as long as its copy over PCIe, not the verification plus the copy.
 
-    def __init__(self, slot, step, scratch, placed):
-        self.slot, self.step = slot, step
-        self.scratch = scratch
-        self.placed = placed  # name -> (tensor of into=, offset in scratch, bytes)
+    Two kinds of targets.  The tensors of into= (made=False) never hold bytes
+    that failed verification: their bytes go to a scratch buffer on the
+    device, and into the tensors only once verified (finish()).  New tensors
+    the load makes (made=True, load() without into=) are nobody's until load()
+    returns them: each of at least _EARLY_OWN bytes takes its bytes directly,
+    and the small ones go through the scratch buffer, so that a state of many
+    small tensors costs few copies.  Costs a device buffer as large as what
+    crosses through it, for the load's duration."""
+
+    def __init__(self, slot, step, device, scratch, placed, made):
+        self.slot, self.step, self.device = slot, step, device
+        self.scratch = scratch  # None when every tensor took its bytes directly
+        # name -> (tensor, offset in scratch or None: it took its bytes directly, bytes)
+        self.placed = placed
+        self.made = made
         self.nbytes = 0
         self._dst, self._src = [], []
 
@@ -105,17 +114,21 @@ class _EarlyCopies:
             recovery.get("slot") == self.slot and recovery.get("step") == self.step
 
     def take(self, name, info, dst):
-        """Whether tensor `name` of the verified checkpoint is served from the
-        scratch buffer (then queued for finish()): only a plain dense tensor,
-        as the store holds it, into the very tensor it was copied for."""
+        """The tensor that serves `name` of the verified checkpoint, or None:
+        only a plain dense tensor, as the store holds it, into the very tensor
+        it was copied for (made: one the load made, where dst is None).  A
+        tensor served from the scratch buffer is queued for finish()."""
         p = self.placed.get(name)
-        if p is None or p[0] is not dst or any(k != "dev" for k in info):
-            return False
+        if p is None or any(k != "dev" for k in info):
+            return None
         t, off, n = p
-        self._dst.append(t.view(-1).view(torch.uint8))
-        self._src.append(self.scratch[off:off + n])
+        if (dst is not None) if self.made else (t is not dst):
+            return None
+        if off is not None:
+            self._dst.append(t.view(-1).view(torch.uint8))
+            self._src.append(self.scratch[off:off + n])
         self.nbytes += n
-        return True
+        return t
 
     def finish(self):
         """Copies the taken tensors out of the scratch buffer (on the device:
@@ -130,25 +143,25 @@ class _EarlyCopies:
 
     def synchronize(self):
         """Returns once the device has done the copies (the slot may change after)."""
-        if self.scratch.is_cuda:
-            torch.cuda.current_stream(self.scratch.device).synchronize()
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         self.scratch = None
 
 
 class _Recovery:
     """The load path of a Store."""
 
-    def _start_early_copies(self, targets):
-        """For load(into=): starts copying the into= tensors' bytes out of the
-        newest sealed slot, unverified, into a scratch buffer on their device
-        (_EarlyCopies), so that they cross PCIe while recovery verifies the
-        slot.  None where it does not pay or cannot be done: no CUDA tensor
-        (each byte would be copied twice on the host), tensors on several
-        devices, a region not registered with CUDA (a copy from it would not
-        be asynchronous), a group's recovery (it may choose another step), less
-        than _EARLY_MIN bytes, too little free device memory for the scratch
-        buffer.  Store._early_load "always" takes host tensors too (tests),
-        "never" none."""
+    def _start_early_copies(self, targets, made=False):
+        """For a load onto a GPU: starts copying tensors' bytes out of the newest
+        sealed slot, unverified, so that they cross PCIe while recovery verifies
+        the slot (_EarlyCopies).  targets: into='s tensors, or (made) the new
+        tensors _made_for_load allocated.  None where it does not pay or cannot
+        be done: no CUDA tensor (each byte would be copied twice on the host),
+        tensors on several devices, a region not registered with CUDA (a copy
+        from it would not be asynchronous), a group's recovery (it may choose
+        another step), less than _EARLY_MIN bytes, too little free device memory
+        for the scratch buffer.  Store._early_load "always" takes host tensors
+        too (tests), "never" none."""
         mode = self._early_load
         if mode == "never" or not targets or _SLOT_DATA is None or self._coll is not None:
             return None
@@ -179,8 +192,11 @@ class _Recovery:
         total = sum(r[1] for r in rows)
         if not rows or (mode == "auto" and total < _EARLY_MIN):
             return None
-        # The slot holds the tensors in store order: neighbours cross as one copy.
-        rows.sort(key=lambda r: r[0])
+        # New tensors (made) of _EARLY_OWN bytes or more take theirs in copies of their own;
+        # the rest go through the scratch buffer, where the slot's neighbours (it holds the
+        # tensors in store order) cross as one copy.
+        own = [r for r in rows if made and r[1] >= _EARLY_OWN]
+        rows = sorted((r for r in rows if not made or r[1] < _EARLY_OWN), key=lambda r: r[0])
         runs, placed, size = [], {}, 0  # runs: [first address, end address, offset in scratch]
         for addr, n, name, t in rows:
             if runs and addr - runs[-1][1] <= _EARLY_GAP:
@@ -189,18 +205,23 @@ class _Recovery:
                 size += runs[-1][1] - runs[-1][0] if runs else 0
                 runs.append([addr, addr + n, size])
             placed[name] = (t, runs[-1][2] + addr - runs[-1][0], n)
-        size += runs[-1][1] - runs[-1][0]
+        size += runs[-1][1] - runs[-1][0] if runs else 0
+        scratch = None
         try:
-            if dev.type == "cuda" and mode == "auto":
+            if size and dev.type == "cuda" and mode == "auto":
                 free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
                 if size > free - free // 8:
                     return None  # the training's memory comes first
-            scratch = torch.empty(size, dtype=torch.uint8, device=dev)
+            if size:
+                scratch = torch.empty(size, dtype=torch.uint8, device=dev)
         except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
         for first, end, off in runs:
             scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
-        return _EarlyCopies(k, step, scratch, placed)
+        for addr, n, name, t in own:
+            t.view(-1).view(torch.uint8).copy_(_u8_view(addr, n), non_blocking=True)
+            placed[name] = (t, None, n)
+        return _EarlyCopies(k, step, dev, scratch, placed, made)
 
     def _newest_sealed_slot(self):
         """(slot, step) of the local store's newest sealed slot, not verified, the store
@@ -214,18 +235,13 @@ class _Recovery:
         k = 0 if steps[0] >= steps[1] else 1
         return (k, steps[k]) if steps[k] >= 0 else None
 
-    def _fresh_buffers(self, map_location):
-        """For a load into new tensors: a new uint8 host buffer for each tensor that
-        the newest sealed slot puts on the host, for recovery to fill as it verifies
-        (pmck_store_recover_into), so that the slot is read once, not hashed and then
-        copied.  The slot's metadata, read before it is verified, only says which
-        buffers to make: the load takes a buffer only for a tensor whose verified
-        metadata puts it on the host, and copies the others as before.  {index:
-        buffer}, or None where this does not apply (a group, no library support, no
-        local store, a slot with no readable metadata)."""
-        if _RECOVER_INTO is None or _SLOT_DATA is None or self._coll is not None:
-            return None
-        if map_location is not None and torch.device(map_location).type != "cpu":
+    def _newest_doc(self):
+        """(slot, names, infos) of the newest sealed slot's state_dict, read before
+        it is verified: it may only say what to prepare for a load, which then
+        checks what it uses against the verified metadata.  None without a local
+        store or a sealed slot, for a group, for a slot whose metadata does not
+        read, and for a DCP checkpoint (load() refuses it, with nothing copied)."""
+        if _SLOT_DATA is None or self._coll is not None:
             return None
         newest = self._newest_sealed_slot()
         if newest is None:
@@ -239,11 +255,26 @@ class _Recovery:
             check(lib.pmck_store_tensor(s, meta, byref(ti)))
             doc, _ = _blob_at(_SLOT_DATA(s, newest[0], meta), ti.nbytes)
             if doc.get("kind") != "state_dict":
-                return None  # a DCP checkpoint: load() refuses it, with nothing copied
-            infos = doc.get("tensors", {})
-            names = tree_names(doc["tree"])
+                return None
+            return newest[0], tree_names(doc["tree"]), doc.get("tensors", {})
         except Exception:  # noqa: BLE001 -- a damaged slot: recovery will say so
             return None
+
+    def _fresh_buffers(self, map_location, newest):
+        """For a load into new tensors: a new uint8 host buffer for each tensor that
+        the newest sealed slot puts on the host, for recovery to fill as it verifies
+        (pmck_store_recover_into), so that the slot is read once, not hashed and then
+        copied.  The slot's metadata, read before it is verified, only says which
+        buffers to make: the load takes a buffer only for a tensor whose verified
+        metadata puts it on the host, and copies the others as before.  {index:
+        buffer}, or None where this does not apply (no library support, a device
+        map_location, newest None: no slot metadata to read, _newest_doc)."""
+        if _RECOVER_INTO is None or newest is None:
+            return None
+        if map_location is not None and torch.device(map_location).type != "cpu":
+            return None
+        _, names, infos = newest
+        s, ti = self._h.store, _lib.TensorInfo()
         # Not faulted in first (madvise): recovery's threads fault the pages in as they
         # copy, on every CPU (500 MB in 192 tensors on the 2-core dev VM: 0.18 s for the
         # load, against 0.23 s faulting them in first on one thread).
@@ -256,9 +287,46 @@ class _Recovery:
             if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
                 continue
             buffers[idx] = torch.empty(ti.nbytes, dtype=torch.uint8)
-        if not buffers:
-            return None
-        return buffers
+        return buffers or None
+
+    def _made_for_load(self, map_location, newest):
+        """For a load into new tensors on a GPU: the new tensors, {name: tensor},
+        for the newest sealed slot's plain tensors (dense, as the store holds
+        them) bound for a CUDA device (map_location's, else where they were
+        saved), for _start_early_copies(made=True) to fill while recovery
+        verifies.  Empty where none is (or in Store._early_load "always", the
+        tests', any device), or where the slot's metadata does not read
+        (newest None: _newest_doc).  The load uses one only where the verified
+        metadata names the same tensor."""
+        mode = self._early_load
+        if mode == "never" or newest is None:
+            return {}
+        if map_location is not None:
+            to = torch.device(map_location)
+            if to.type != "cuda" and mode != "always":
+                return {}
+        elif mode != "always" and not torch.cuda.is_available():
+            return {}
+        _, names, infos = newest
+        s, ti, made = self._h.store, _lib.TensorInfo(), {}
+        try:
+            for name in names:
+                info = infos.get(name, {})
+                if any(k != "dev" for k in info):
+                    continue  # a view, another dtype: copied after verification
+                dev = torch.device(map_location if map_location is not None
+                                   else info.get("dev", "cpu"))
+                if dev.type != "cuda" and mode != "always":
+                    continue
+                idx = lib.pmck_store_find(s, name.encode())
+                if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
+                    continue
+                dtype = _PMCK_TO_TORCH.get(ti.dtype)
+                if dtype is not None:
+                    made[name] = torch.empty(tuple(ti.shape[:ti.ndim]), dtype=dtype, device=dev)
+        except RuntimeError:  # out of device memory: the load makes them as before, or says
+            return {}
+        return made
 
     def _recover(self, fresh=None):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir).

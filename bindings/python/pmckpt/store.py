@@ -327,29 +327,35 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 fl = Flattener(self._memo)
                 fl.encode(into)
                 targets = {e.name: e.tensor for e in fl.entries}
-            early = None
+            early = newest = None
             if step is not None:
                 if self._coll is not None:
                     raise ValueError("load(step=) is not for a store with a group: load() "
                                      "brings every rank to the newest global step")
                 self._recover_step(int(step))
-            else:
+            elif into is not None:
                 early = self._start_early_copies(targets)  # crossing while recovery verifies
+            else:  # into new tensors: those for a GPU cross while recovery verifies
+                newest = self._newest_doc()  # unverified: what to prepare for
+                early = self._start_early_copies(self._made_for_load(map_location, newest),
+                                                 made=True)
             try:
-                return self._load_recovered(early, step, targets, into, map_location)
+                return self._load_recovered(early, step, targets, into, map_location, newest)
             finally:
                 if early is not None:
                     early.synchronize()  # its copies read the region: done before anything else
 
-    def _load_recovered(self, early, step, targets, into, map_location):
+    def _load_recovered(self, early, step, targets, into, map_location, newest):
         """load()'s rest, with the lock held: recovery (unless load(step=) did it),
         then the copies out of the readable checkpoint; early: the copies started
-        before verification (_EarlyCopies), used if recovery chose their slot."""
+        before verification (_EarlyCopies), used if recovery chose their slot;
+        newest: the newest sealed slot's unverified metadata (_newest_doc), for a
+        load into new tensors."""
         fresh = None
         if step is None:
             # Into new host tensors (no into=): recovery copies each tensor out of the slot
             # as it verifies it, one read of the slot instead of two (_fresh_buffers).
-            fresh = self._fresh_buffers(map_location) if into is None else None
+            fresh = self._fresh_buffers(map_location, newest) if into is None else None
             if not self._recover(fresh):
                 fresh = None  # not the local recovery that fills them: copied as below
             if early is not None and not early.matches(self.last_recovery):
@@ -379,8 +385,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         for name in names:
             info = infos.get(name, {})
             dst = targets.get(name)
-            if early is not None and early.take(name, info, dst):
-                tensors[name] = dst
+            taken = early.take(name, info, dst) if early is not None else None
+            if taken is not None:
+                tensors[name] = taken
                 continue
             tensors[name] = self._load_tensor(name, info, dst, map_location, copier, fresh)
         if offered:
@@ -389,7 +396,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             self.last_recovery["one_pass_bytes"] = offered - left
             fresh.clear()  # the rest went unused: freed before the copies below
         if early is not None:
-            early.finish()  # verified: from the scratch buffer into the tensors
+            early.finish()  # verified: what crossed through the scratch buffer, into its tensors
             self.last_recovery["early_bytes"] = early.nbytes
         copier.run()
         return Decoder(tensors.__getitem__).decode(doc["tree"])

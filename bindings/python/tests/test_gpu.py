@@ -95,6 +95,45 @@ def test_early_load():
     return same(want, out)
 
 
+def test_early_load_made():
+    """load() into new tensors of a CUDA state, and map_location="cuda" of a
+    host one: the new CUDA tensors' copies cross PCIe while the CPU verifies
+    the slot (_EarlyCopies made=True; its failure cases are test_store.py's),
+    large ones straight into their tensors, small ones through a scratch
+    buffer: bit-exact, each tensor its own memory."""
+    g = torch.Generator(device=dev).manual_seed(4)
+    st = {f"w{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)}
+    st.update({f"b{i}": torch.randn(1000, device=dev, generator=g) for i in range(8)})
+    st["host"] = torch.arange(10)
+    st["step"] = 2
+    want = clone(st)
+    with pmckpt.Store(name="gpu-early-made", ramdisk=D) as s:
+        s.save({k: (v * 0 if isinstance(v, torch.Tensor) else v) for k, v in st.items()}, 1)
+        s.save(st, 2)
+    with pmckpt.Store(name="gpu-early-made", ramdisk=D) as s:
+        out = s.load()
+        rec = s.last_recovery
+    cuda_bytes = sum(v.numel() * 4 for k, v in st.items() if k[0] in "wb")
+    if rec.get("early_bytes") != cuda_bytes:
+        return f"the CUDA tensors' copies did not all start before verification: {rec}"
+    if len({t.untyped_storage().data_ptr() for k, t in out.items() if k != "step"}) != 17:
+        return "the new tensors share memory"
+    r = same(want, out)
+    if r:
+        return r
+    host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
+    with pmckpt.Store(name="gpu-early-host", ramdisk=D) as s:
+        s.save(host, 1)
+    with pmckpt.Store(name="gpu-early-host", ramdisk=D) as s:
+        out = s.load(map_location="cuda")
+        rec = s.last_recovery
+    if rec.get("early_bytes", 0) != cuda_bytes + 10 * 8:
+        return f"map_location='cuda': the copies did not all start before verification: {rec}"
+    T.diag(f"{rec['early_bytes']} bytes crossed while step {rec['step']} was verified")
+    return same({k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in host.items()},
+                out)
+
+
 def test_train_async():
     m = model()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
@@ -287,6 +326,8 @@ for src in ("direct", "kernel", "snapshot"):
     T.run(f"device hashing, {src}: tensors written on a side stream, saved at once: the new "
           "values", device_hashing, test_side_stream, src)
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
+T.run("load() into new CUDA tensors: copies overlapped with verification, bit-exact",
+      test_early_load_made)
 T.run("training on the GPU with save_async + hook_optimizer: each checkpoint equals its state",
       test_train_async)
 for src in SOURCES:

@@ -775,6 +775,75 @@ def test_early_load():
         return f"both slots corrupted: into= was written with unverified bytes: {r}"
 
 
+def test_early_load_made():
+    """load() into new tensors with their copies started before verification
+    (_EarlyCopies made=True; on a GPU, for the tensors bound for it: here
+    forced onto host tensors): large tensors take their bytes directly, small
+    ones through a scratch buffer, a view or another dtype after verification;
+    the tensors returned hold the verified checkpoint, each its own memory."""
+    g = torch.Generator().manual_seed(11)
+
+    def state(k):
+        return {"big": torch.randn(300_000, generator=g) + k, "mid": torch.randn(4096, generator=g),
+                "small": torch.arange(40, dtype=torch.int64) * k,
+                "view": torch.randn(64, 32, generator=g).t(), "half": torch.randn(33).half(),
+                "scalar": torch.tensor(float(k)), "step": k}
+    st1, st2 = state(1), state(2)
+    with pmckpt.Store(name="early-made", ramdisk=D) as s:
+        s.save(st1, 1)
+        s.save(st2, 2)
+    plain = sum(t.numel() * t.element_size() for k, t in st2.items()
+                if isinstance(t, torch.Tensor) and k != "view")
+
+    def load():
+        with pmckpt.Store(name="early-made", ramdisk=D) as s:
+            s._early_load = "always"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+                out = s.load()
+            return out, s.last_recovery
+
+    from pmckpt import _recovery
+    own = _recovery._EARLY_OWN
+    # every tensor through the scratch buffer; the two largest directly; every one directly
+    for _recovery._EARLY_OWN in (1 << 30, 16 << 10, 1):
+        try:
+            out, rec = load()
+        finally:
+            _recovery._EARLY_OWN = own
+        if rec.get("early_bytes") != plain:
+            return f"own={_recovery._EARLY_OWN}: early_bytes {rec.get('early_bytes')}, " \
+                   f"wanted {plain} (every tensor but the view): {rec}"
+        r = same(st2, out)
+        if r:
+            return f"early copies into new tensors: {r}"
+        storages = {t.untyped_storage().data_ptr() for t in out.values()
+                    if isinstance(t, torch.Tensor) and t.numel()}
+        if len(storages) != len(out) - 1:
+            return "the new tensors share memory"
+    T.diag(f"step {rec['step']}: {rec['early_bytes']} bytes copied before verification")
+    with pmckpt.Store(name="early-made", ramdisk=D) as s2:
+        s2.load()
+        if "early_bytes" in s2.last_recovery:
+            return "host tensors took the early path without being asked"
+    newest = rec["slot"]
+    path, off, _ = slot_address("early-made", newest, "mid")
+    flip(path, off + 8)
+    out, rec = load()
+    if rec["step"] != 1 or "early_bytes" in rec:
+        return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
+    r = same(st1, out)
+    if r:
+        return f"newest slot corrupted: {r}"
+    _, off1, _ = slot_address("early-made", 1 - newest, "big")
+    flip(path, off1 + 8)
+    try:
+        load()
+        return "both slots corrupted, and load() returned"
+    except pmckpt.CheckpointsUnusableError:
+        pass
+
+
 def test_corrupted_slot():
     st1, _ = two_steps("corrupt", seed=5)
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
@@ -1250,6 +1319,8 @@ T.run("steps must increase", test_step_order)
 T.run("load(step=): either slot's step, the newest by default; slot_steps()", test_load_step)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
+T.run("load() into new tensors with early copies: direct or through the scratch buffer, "
+      "the verified checkpoint or nothing", test_early_load_made)
 T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
       test_busy)
 T.run("gpu_snapshot_on_wait: its values checked, the pipeline's bytes per strategy",
