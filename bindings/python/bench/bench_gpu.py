@@ -286,7 +286,7 @@ def main():
         f()  # the baselines' first touch of their buffers, untimed, as the store's first save
     d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
-    load_new, load_new_late = [], []
+    load_new, load_new_late, load_new_early = [], [], []
     dcp_save, dcp_fs_save = [], []
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
@@ -324,6 +324,8 @@ def main():
             for mode, times in ways[rep % 2:] + ways[:rep % 2]:
                 s._early_load = mode
                 times.append(timed(lambda: s.load(), dev))
+                if mode == "auto":  # what crossed early: none would make the ratio void
+                    load_new_early.append(s.last_recovery.get("early_bytes", 0))
             s._early_load = "auto"
             step += 1
             sync(dev)
@@ -368,7 +370,9 @@ def main():
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_load_into_vs_pinned_h2d {h2d_best / med(load):.3f}")
     phases.report()
-    print(f"bench: gpu_load_new {nbytes / med(load_new) / 1e9:.2f} GB/s")
+    print(f"bench: gpu_load_new {nbytes / med(load_new) / 1e9:.2f} GB/s "
+          f"({min(load_new_early) / 1e9:.2f}-{max(load_new_early) / 1e9:.2f} GB crossed "
+          "during verification)")
     print(f"bench: gpu_load_new_after_verify {nbytes / med(load_new_late) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_load_new_vs_pinned_h2d {h2d_best / med(load_new):.3f}")
     print(f"ratio: gpu_load_new_early_vs_after_verify {med(load_new_late) / med(load_new):.3f}")

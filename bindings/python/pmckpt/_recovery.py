@@ -141,11 +141,16 @@ class _EarlyCopies:
             for d, s in zip(self._dst, self._src):
                 d.copy_(s)
 
-    def synchronize(self):
-        """Returns once the device has done the copies (the slot may change after)."""
+    def release(self):
+        """Returns once the device has done the copies (the slot may change after),
+        and drops what they filled: the scratch buffer, and the tensors not yet
+        returned by take() (recovery chose another checkpoint: before its load
+        makes tensors of its own).  Again, it does nothing."""
+        if self.placed is None:
+            return
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
-        self.scratch = None
+        self.scratch = self.placed = None
 
 
 class _Recovery:
@@ -154,73 +159,86 @@ class _Recovery:
     def _start_early_copies(self, targets, made=False):
         """For a load onto a GPU: starts copying tensors' bytes out of the newest
         sealed slot, unverified, so that they cross PCIe while recovery verifies
-        the slot (_EarlyCopies).  targets: into='s tensors, or (made) the new
-        tensors _made_for_load allocated.  None where it does not pay or cannot
-        be done: no CUDA tensor (each byte would be copied twice on the host),
-        tensors on several devices, a region not registered with CUDA (a copy
-        from it would not be asynchronous), a group's recovery (it may choose
-        another step), less than _EARLY_MIN bytes, too little free device memory
-        for the scratch buffer.  Store._early_load "always" takes host tensors
-        too (tests), "never" none."""
+        the slot (_EarlyCopies).  targets: into='s tensors, {name: tensor}; or
+        (made) the new tensors to make, {name: (shape, dtype, device)}
+        (_made_for_load), made here once the copies are sure to start.  None
+        where it does not pay or cannot be done: no CUDA tensor (each byte would
+        be copied twice on the host), tensors on several devices, a region not
+        registered with CUDA (a copy from it would not be asynchronous), a
+        group's recovery (it may choose another step), less than _EARLY_MIN
+        bytes, too little free device memory for into='s scratch buffer (for
+        new tensors: the small ones are then left to the load, the others still
+        cross early).  Store._early_load "always" takes host tensors too
+        (tests), "never" none."""
         mode = self._early_load
         if mode == "never" or not targets or _SLOT_DATA is None or self._coll is not None:
             return None
-        want = {n: t for n, t in targets.items() if t.is_cuda or mode == "always"}
-        devs = {t.device for t in want.values()}
+        # name -> (device, dtype, shape, the tensor of into= or None: one to make)
+        want = {n: (torch.device(x[2]), x[1], tuple(x[0]), None) if made else
+                (x.device, x.dtype, tuple(x.shape), x) for n, x in targets.items()}
+        want = {n: w for n, w in want.items() if w[0].type == "cuda" or mode == "always"}
+        devs = {w[0] for w in want.values()}
         if len(devs) != 1:
             return None
         dev = devs.pop()
         newest = self._newest_sealed_slot()
         if newest is None:
             return None
-        if dev.type == "cuda" and not self._map_for_loads(want, {}, None) and mode == "auto":
+        if dev.type == "cuda" and not self._map_for_loads({}, {}, dev) and mode == "auto":
             return None
         k, step = newest
         s = self._h.store
-        rows, ti = [], _lib.TensorInfo()
-        for name, t in want.items():
-            n = t.numel() * t.element_size()
-            code = _TORCH_TO_PMCK.get(t.dtype)
-            if not n or code is None or not t.is_contiguous():
+        rows, ti = [], _lib.TensorInfo()  # (address in the slot, bytes, name, tensor, dtype, shape)
+        for name, (_, dtype, shape, t) in want.items():
+            code = _TORCH_TO_PMCK.get(dtype)
+            if code is None or (t is not None and not t.is_contiguous()):
                 continue
             idx = lib.pmck_store_find(s, name.encode())
-            if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0:
+            if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
                 continue
-            if ti.nbytes != n or ti.dtype != code or tuple(ti.shape[:ti.ndim]) != tuple(t.shape):
+            if ti.dtype != code or tuple(ti.shape[:ti.ndim]) != shape or \
+                    (t is not None and t.numel() * t.element_size() != ti.nbytes):
                 continue  # the load's own checks will say what is wrong
-            rows.append((_SLOT_DATA(s, k, idx), n, name, t))
-        total = sum(r[1] for r in rows)
-        if not rows or (mode == "auto" and total < _EARLY_MIN):
+            rows.append((_SLOT_DATA(s, k, idx), ti.nbytes, name, t, dtype, shape))
+        if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN):
             return None
         # New tensors (made) of _EARLY_OWN bytes or more take theirs in copies of their own;
         # the rest go through the scratch buffer, where the slot's neighbours (it holds the
-        # tensors in store order) cross as one copy.
+        # tensors in store order) cross as one copy: for new tensors, only across a gap too
+        # small to hold one of those copied on their own.
         own = [r for r in rows if made and r[1] >= _EARLY_OWN]
         rows = sorted((r for r in rows if not made or r[1] < _EARLY_OWN), key=lambda r: r[0])
-        runs, placed, size = [], {}, 0  # runs: [first address, end address, offset in scratch]
-        for addr, n, name, t in rows:
-            if runs and addr - runs[-1][1] <= _EARLY_GAP:
+        gap = min(_EARLY_GAP, _EARLY_OWN - 1) if made else _EARLY_GAP
+        runs, at, size = [], {}, 0  # runs: [first address, end address, offset in scratch]
+        for addr, n, name, *_ in rows:
+            if runs and addr - runs[-1][1] <= gap:
                 runs[-1][1] = max(runs[-1][1], addr + n)
             else:
                 size += runs[-1][1] - runs[-1][0] if runs else 0
                 runs.append([addr, addr + n, size])
-            placed[name] = (t, runs[-1][2] + addr - runs[-1][0], n)
+            at[name] = runs[-1][2] + addr - runs[-1][0]
         size += runs[-1][1] - runs[-1][0] if runs else 0
-        scratch = None
+        scratch, placed = None, {}
         try:
             if size and dev.type == "cuda" and mode == "auto":
                 free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
-                if size > free - free // 8:
-                    return None  # the training's memory comes first
+                if size > free - free // 8:  # the training's memory comes first
+                    if not own:
+                        return None
+                    rows, runs, size = [], [], 0  # the small new tensors: after verification
             if size:
                 scratch = torch.empty(size, dtype=torch.uint8, device=dev)
+            for addr, n, name, t, dtype, shape in rows + own:
+                if t is None:
+                    t = torch.empty(shape, dtype=dtype, device=dev)
+                placed[name] = (t, at.get(name), n)
         except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
         for first, end, off in runs:
             scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
-        for addr, n, name, t in own:
-            t.view(-1).view(torch.uint8).copy_(_u8_view(addr, n), non_blocking=True)
-            placed[name] = (t, None, n)
+        for addr, n, name, *_ in own:
+            placed[name][0].view(-1).view(torch.uint8).copy_(_u8_view(addr, n),
+                                                             non_blocking=True)
         return _EarlyCopies(k, step, dev, scratch, placed, made)
 
     def _newest_sealed_slot(self):
@@ -290,20 +308,20 @@ class _Recovery:
         return buffers or None
 
     def _made_for_load(self, map_location, newest):
-        """For a load into new tensors on a GPU: the new tensors, {name: tensor},
-        for the newest sealed slot's plain tensors (dense, as the store holds
-        them) bound for a CUDA device (map_location's, else where they were
-        saved), for _start_early_copies(made=True) to fill while recovery
-        verifies.  Empty where none is (or in Store._early_load "always", the
-        tests', any device), or where the slot's metadata does not read
-        (newest None: _newest_doc).  The load uses one only where the verified
-        metadata names the same tensor."""
+        """For a load into new tensors on a GPU: what new tensors to make, {name:
+        (shape, dtype, device)}, for the newest sealed slot's plain tensors
+        (dense, as the store holds them) bound for a CUDA device (map_location's,
+        else where they were saved), for _start_early_copies(made=True) to fill
+        while recovery verifies.  Empty where none is (in Store._early_load
+        "always", the tests', any device counts), or where the slot's metadata
+        does not read (newest None: _newest_doc).  newest is not verified: the
+        load uses a tensor made from it only where the verified metadata names
+        the same tensor."""
         mode = self._early_load
         if mode == "never" or newest is None:
             return {}
         if map_location is not None:
-            to = torch.device(map_location)
-            if to.type != "cuda" and mode != "always":
+            if torch.device(map_location).type != "cuda" and mode != "always":
                 return {}
         elif mode != "always" and not torch.cuda.is_available():
             return {}
@@ -323,8 +341,8 @@ class _Recovery:
                     continue
                 dtype = _PMCK_TO_TORCH.get(ti.dtype)
                 if dtype is not None:
-                    made[name] = torch.empty(tuple(ti.shape[:ti.ndim]), dtype=dtype, device=dev)
-        except RuntimeError:  # out of device memory: the load makes them as before, or says
+                    made[name] = (tuple(ti.shape[:ti.ndim]), dtype, dev)
+        except Exception:  # noqa: BLE001 -- unverified metadata that misleads: none early
             return {}
         return made
 

@@ -343,7 +343,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 return self._load_recovered(early, step, targets, into, map_location, newest)
             finally:
                 if early is not None:
-                    early.synchronize()  # its copies read the region: done before anything else
+                    early.release()  # its copies read the region: done before anything else
 
     def _load_recovered(self, early, step, targets, into, map_location, newest):
         """load()'s rest, with the lock held: recovery (unless load(step=) did it),
@@ -359,7 +359,8 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             if not self._recover(fresh):
                 fresh = None  # not the local recovery that fills them: copied as below
             if early is not None and not early.matches(self.last_recovery):
-                early = None  # recovery chose another checkpoint: its copies go unused
+                early.release()  # recovery chose another checkpoint: its copies go unused
+                early = None
         try:
             return self._load_checkpoint(early, targets, into, map_location, fresh)
         finally:

@@ -1,7 +1,13 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Helpers shared by the binding's tests."""
+import os
+from ctypes import byref, c_size_t, c_void_p
+
 import numpy as np
 import torch
+
+from pmckpt import _lib
+from pmckpt._lib import lib
 
 
 def same(a, b, path="", check_strides=True):
@@ -98,3 +104,35 @@ def one_step(model, opt, seed):
     loss.backward()
     opt.step()
     return loss.item()
+
+
+def slot_address(directory, name, slot, tensor):
+    """(pool file, offset of `tensor` in `slot`, offset of the metadata) of the
+    ramdisk store `name` in directory (through the C API)."""
+    path = os.path.join(directory, f"pmckpt-{name}.pool").encode()
+    region, pool, store = c_void_p(), c_void_p(), c_void_p()
+    _lib.check(lib.pma_region_open(path, 0, _lib.PMA_REGION_NO_PREFAULT, byref(region)))
+    _lib.check(lib.pma_pool_open(region, byref(pool)))
+    _lib.check(lib.pmck_store_open(pool, name.encode(), byref(store)))
+    addr, size = c_void_p(), c_size_t()
+    _lib.check(lib.pma_lookup(pool, f"{name}.data{slot}".encode(), byref(addr), byref(size)))
+    meta = c_void_p()
+    _lib.check(lib.pma_lookup(pool, f"{name}.meta".encode(), byref(meta), byref(size)))
+    info = _lib.TensorInfo()
+    _lib.check(lib.pmck_store_tensor(store, lib.pmck_store_find(store, tensor.encode()),
+                                     byref(info)))
+    base = lib.pma_region_addr(region)
+    off, meta_off = addr.value - base + info.offset, meta.value - base
+    lib.pmck_store_close(byref(store))
+    lib.pma_pool_close(byref(pool))
+    lib.pma_region_close(byref(region))
+    return path, off, meta_off
+
+
+def flip(path, off):
+    """Flips bits of the byte at off in the file at path."""
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5a]))

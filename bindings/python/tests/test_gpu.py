@@ -10,13 +10,14 @@ snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training.
 Skipped, with the reason, where torch sees no GPU or this libpmckpt cannot
 use one."""
 import os
+import warnings
 
 import torch
 
 import pmckpt
 from pmckpt import _lib
 
-from common import clone, same
+from common import clone, flip, same, slot_address
 from tap import Tap
 
 T = Tap()
@@ -98,9 +99,10 @@ def test_early_load():
 def test_early_load_made():
     """load() into new tensors of a CUDA state, and map_location="cuda" of a
     host one: the new CUDA tensors' copies cross PCIe while the CPU verifies
-    the slot (_EarlyCopies made=True; its failure cases are test_store.py's),
-    large ones straight into their tensors, small ones through a scratch
-    buffer: bit-exact, each tensor its own memory."""
+    the slot (_EarlyCopies made=True; test_store.py has its cases on host
+    tensors), large ones straight into their tensors, small ones through a
+    scratch buffer: bit-exact, each tensor its own memory; the newest slot
+    damaged, the older one's values, without the early copies."""
     g = torch.Generator(device=dev).manual_seed(4)
     st = {f"w{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)}
     st.update({f"b{i}": torch.randn(1000, device=dev, generator=g) for i in range(8)})
@@ -121,6 +123,17 @@ def test_early_load_made():
     r = same(want, out)
     if r:
         return r
+    path, off, _ = slot_address(D, "gpu-early-made", rec["slot"], "w3")
+    flip(path, off + 4)
+    with pmckpt.Store(name="gpu-early-made", ramdisk=D) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
+            out = s.load()
+        rec = s.last_recovery
+    if rec["step"] != 1 or "early_bytes" in rec:
+        return f"newest slot damaged: loaded {rec}, wanted step 1 without the early copies"
+    if any(t.count_nonzero().item() for k, t in out.items() if k[0] in "wb"):
+        return "newest slot damaged: step 1's tensors (zeros) not loaded"
     host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
     with pmckpt.Store(name="gpu-early-host", ramdisk=D) as s:
         s.save(host, 1)

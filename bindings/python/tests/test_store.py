@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 import warnings
-from ctypes import byref, c_void_p, c_size_t
+import weakref
+from ctypes import byref
 
 import numpy as np
 import torch
@@ -20,7 +21,8 @@ from pmckpt import _lib
 from pmckpt._state import Decoder, Flattener, assign_entry_layers
 from pmckpt._lib import lib
 
-from common import clone, mlp, one_step, same, train_state
+import common
+from common import clone, flip, mlp, one_step, same, train_state
 from tap import Tap
 
 torch.set_num_threads(1)
@@ -661,33 +663,8 @@ def test_other_layout():
 
 
 def slot_address(name, slot, tensor):
-    """File offset of `tensor` in `slot` of store `name` (through the C API)."""
-    path = os.path.join(D, f"pmckpt-{name}.pool").encode()
-    region, pool, store = c_void_p(), c_void_p(), c_void_p()
-    _lib.check(lib.pma_region_open(path, 0, _lib.PMA_REGION_NO_PREFAULT, byref(region)))
-    _lib.check(lib.pma_pool_open(region, byref(pool)))
-    _lib.check(lib.pmck_store_open(pool, name.encode(), byref(store)))
-    addr, size = c_void_p(), c_size_t()
-    _lib.check(lib.pma_lookup(pool, f"{name}.data{slot}".encode(), byref(addr), byref(size)))
-    meta = c_void_p()
-    _lib.check(lib.pma_lookup(pool, f"{name}.meta".encode(), byref(meta), byref(size)))
-    info = _lib.TensorInfo()
-    _lib.check(lib.pmck_store_tensor(store, lib.pmck_store_find(store, tensor.encode()),
-                                     byref(info)))
-    base = lib.pma_region_addr(region)
-    off, meta_off = addr.value - base + info.offset, meta.value - base
-    lib.pmck_store_close(byref(store))
-    lib.pma_pool_close(byref(pool))
-    lib.pma_region_close(byref(region))
-    return path, off, meta_off
-
-
-def flip(path, off):
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x5a]))
+    """(pool file, offset of `tensor` in `slot`, offset of the metadata) of store `name`."""
+    return common.slot_address(D, name, slot, tensor)
 
 
 def two_steps(name, seed):
@@ -779,69 +756,96 @@ def test_early_load_made():
     """load() into new tensors with their copies started before verification
     (_EarlyCopies made=True; on a GPU, for the tensors bound for it: here
     forced onto host tensors): large tensors take their bytes directly, small
-    ones through a scratch buffer, a view or another dtype after verification;
-    the tensors returned hold the verified checkpoint, each its own memory."""
+    ones through a scratch buffer that holds no large one's, a view or another
+    dtype after verification; the tensors returned hold the verified
+    checkpoint, each its own memory; when recovery rejects their slot they are
+    gone before the load makes its own."""
+    from pmckpt import _recovery
     g = torch.Generator().manual_seed(11)
 
     def state(k):
-        return {"big": torch.randn(300_000, generator=g) + k, "mid": torch.randn(4096, generator=g),
+        return {"big": torch.randn(300_000, generator=g) + k,
                 "small": torch.arange(40, dtype=torch.int64) * k,
-                "view": torch.randn(64, 32, generator=g).t(), "half": torch.randn(33).half(),
+                "mid": torch.randn(4096, generator=g), "half": torch.randn(33).half(),
+                "view": torch.randn(64, 32, generator=g).t(),
                 "scalar": torch.tensor(float(k)), "step": k}
     st1, st2 = state(1), state(2)
     with pmckpt.Store(name="early-made", ramdisk=D) as s:
         s.save(st1, 1)
         s.save(st2, 2)
-    plain = sum(t.numel() * t.element_size() for k, t in st2.items()
-                if isinstance(t, torch.Tensor) and k != "view")
+    nbytes = {k: t.numel() * t.element_size() for k, t in st2.items() if isinstance(t, torch.Tensor)}
+    plain = sum(n for k, n in nbytes.items() if k != "view")
+    runs = []  # each load's _EarlyCopies: its scratch buffer's size, its tensors (weakly)
 
-    def load():
+    class Seen(_recovery._EarlyCopies):
+        def __init__(self, *args):
+            super().__init__(*args)
+            runs.append((0 if self.scratch is None else self.scratch.numel(),
+                         [weakref.ref(p[0]) for p in self.placed.values()]))
+
+    def load(check_dropped=False):
         with pmckpt.Store(name="early-made", ramdisk=D) as s:
             s._early_load = "always"
+            if check_dropped:  # the first tensor the load makes itself, after recovery
+                own = s._load_tensor
+
+                def load_tensor(*args):
+                    if any(r() is not None for r in runs[-1][1]):
+                        raise AssertionError("the early tensors outlived their rejected slot")
+                    return own(*args)
+                s._load_tensor = load_tensor
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
                 out = s.load()
             return out, s.last_recovery
 
-    from pmckpt import _recovery
+    keep, _recovery._EarlyCopies = _recovery._EarlyCopies, Seen
     own = _recovery._EARLY_OWN
-    # every tensor through the scratch buffer; the two largest directly; every one directly
-    for _recovery._EARLY_OWN in (1 << 30, 16 << 10, 1):
-        try:
-            out, rec = load()
-        finally:
-            _recovery._EARLY_OWN = own
-        if rec.get("early_bytes") != plain:
-            return f"own={_recovery._EARLY_OWN}: early_bytes {rec.get('early_bytes')}, " \
-                   f"wanted {plain} (every tensor but the view): {rec}"
-        r = same(st2, out)
-        if r:
-            return f"early copies into new tensors: {r}"
-        storages = {t.untyped_storage().data_ptr() for t in out.values()
-                    if isinstance(t, torch.Tensor) and t.numel()}
-        if len(storages) != len(out) - 1:
-            return "the new tensors share memory"
-    T.diag(f"step {rec['step']}: {rec['early_bytes']} bytes copied before verification")
-    with pmckpt.Store(name="early-made", ramdisk=D) as s2:
-        s2.load()
-        if "early_bytes" in s2.last_recovery:
-            return "host tensors took the early path without being asked"
-    newest = rec["slot"]
-    path, off, _ = slot_address("early-made", newest, "mid")
-    flip(path, off + 8)
-    out, rec = load()
-    if rec["step"] != 1 or "early_bytes" in rec:
-        return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
-    r = same(st1, out)
-    if r:
-        return f"newest slot corrupted: {r}"
-    _, off1, _ = slot_address("early-made", 1 - newest, "big")
-    flip(path, off1 + 8)
     try:
-        load()
-        return "both slots corrupted, and load() returned"
-    except pmckpt.CheckpointsUnusableError:
-        pass
+        # every tensor through the scratch buffer; big and mid on their own (mid between
+        # two small ones: not in the scratch buffer); every one on its own
+        for limit, most in ((1 << 30, plain + nbytes["view"] + 7 * 128),
+                            (16 << 10, plain - nbytes["big"] - nbytes["mid"] +
+                             nbytes["view"] + 7 * 128), (1, 0)):
+            _recovery._EARLY_OWN = limit
+            out, rec = load()
+            if rec.get("early_bytes") != plain:
+                return f"own={limit}: early_bytes {rec.get('early_bytes')}, " \
+                       f"wanted {plain} (every tensor but the view): {rec}"
+            if runs[-1][0] > most:
+                return f"own={limit}: a scratch buffer of {runs[-1][0]} bytes, more than {most}"
+            r = same(st2, out)
+            if r:
+                return f"early copies into new tensors: {r}"
+            storages = {t.untyped_storage().data_ptr() for t in out.values()
+                        if isinstance(t, torch.Tensor) and t.numel()}
+            if len(storages) != len(out) - 1:
+                return "the new tensors share memory"
+        _recovery._EARLY_OWN = own
+        T.diag(f"step {rec['step']}: {rec['early_bytes']} bytes copied before verification")
+        with pmckpt.Store(name="early-made", ramdisk=D) as s2:
+            s2.load()
+            if "early_bytes" in s2.last_recovery:
+                return "host tensors took the early path without being asked"
+        newest = rec["slot"]
+        path, off, _ = slot_address("early-made", newest, "mid")
+        flip(path, off + 8)
+        out, rec = load(check_dropped=True)
+        if rec["step"] != 1 or "early_bytes" in rec:
+            return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
+        r = same(st1, out)
+        if r:
+            return f"newest slot corrupted: {r}"
+        _, off1, _ = slot_address("early-made", 1 - newest, "big")
+        flip(path, off1 + 8)
+        try:
+            load()
+            return "both slots corrupted, and load() returned"
+        except pmckpt.CheckpointsUnusableError:
+            if any(r() is not None for r in runs[-1][1]):
+                return "both slots corrupted: the early tensors outlived the load"
+    finally:
+        _recovery._EarlyCopies, _recovery._EARLY_OWN = keep, own
 
 
 def test_corrupted_slot():
