@@ -848,6 +848,39 @@ def test_early_load_made():
         _recovery._EarlyCopies, _recovery._EARLY_OWN = keep, own
 
 
+def test_early_load_made_every_kind():
+    """load() into new tensors with the early copies (forced onto host tensors)
+    returns what the load without them returns, for every kind of entry
+    (rich_state: each dtype, views, strides, numpy, tied, empty), with every
+    tensor on its own and with every one through the scratch buffer."""
+    from pmckpt import _recovery
+    sd = rich_state()
+    with pmckpt.Store(name="early-kinds", ramdisk=D) as s:
+        s.save(sd, 1)
+
+    def load(mode):
+        with pmckpt.Store(name="early-kinds", ramdisk=D) as s:
+            s._early_load = mode
+            return s.load(), s.last_recovery
+
+    want, rec = load("never")
+    if "early_bytes" in rec:
+        return f"early copies with _early_load 'never': {rec}"
+    own = _recovery._EARLY_OWN
+    try:
+        for _recovery._EARLY_OWN in (1, 1 << 30):
+            got, rec = load("always")
+            if not rec.get("early_bytes"):
+                return f"own={_recovery._EARLY_OWN}: nothing crossed early: {rec}"
+            r = same(want, got)
+            if r:
+                return f"own={_recovery._EARLY_OWN}: {r}"
+            if got["tensors"]["tied"] is not got["model"]["0.weight"]:
+                return f"own={_recovery._EARLY_OWN}: tied tensors are no longer one tensor"
+    finally:
+        _recovery._EARLY_OWN = own
+
+
 def test_corrupted_slot():
     st1, _ = two_steps("corrupt", seed=5)
     with pmckpt.Store(name="corrupt", ramdisk=D) as s:
@@ -1325,6 +1358,8 @@ T.run("destroy() frees the name for another layout", test_destroy)
 T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
 T.run("load() into new tensors with early copies: direct or through the scratch buffer, "
       "the verified checkpoint or nothing", test_early_load_made)
+T.run("load() into new tensors with early copies: what the load without them returns, for "
+      "every kind of entry", test_early_load_made_every_kind)
 T.run("a second Store on a name in use raises BusyError naming the pid; kill -9 frees it",
       test_busy)
 T.run("gpu_snapshot_on_wait: its values checked, the pipeline's bytes per strategy",
