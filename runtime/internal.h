@@ -299,6 +299,13 @@ pmck__now_ns(void)
 #define PMCK_MAX_WORKERS 8
 int pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
 		int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len), void *arg);
+/* The same over n runs of bytes other than a store's tensors (a file's): run i is
+ * nbytes long and is taken in the order of its offset (where it lies in memory). */
+struct pmck_span {
+	uint64_t nbytes, offset;
+};
+int pmck__for_each_span_piece(const struct pmck_span *spans, uint32_t n, unsigned threads,
+		int (*fn)(void *arg, uint32_t span, uint64_t off, uint64_t len), void *arg);
 
 /* checksum.c */
 uint64_t pmck__copy_hash(const struct pma_region *r, void *dst, const void *src,

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * parallel.c -- running a function over every piece of every tensor of a
- * store on a few threads: used to write a whole checkpoint and to verify
- * one.  Pieces are multiples of PMCK_HASH_CHUNK, taken in slot order so
- * the region streams front to back.
+ * store (or of other runs of bytes: a copy-out file's tensors) on a few
+ * threads: used to write a whole checkpoint and to verify one, and to
+ * import or verify a file.  Pieces are multiples of PMCK_HASH_CHUNK, taken
+ * in slot (or file) order so that memory streams front to back.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -61,9 +62,24 @@ int
 pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
 		int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len), void *arg)
 {
+	uint32_t n = s->hdr->ntensors;
+	struct pmck_span *spans = malloc((n ? n : 1) * sizeof(*spans));
+
+	if (!spans)
+		return pma__err(-ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++)
+		spans[i] = (struct pmck_span){s->tmap[i].nbytes, s->tmap[i].offset};
+	int ret = pmck__for_each_span_piece(spans, n, threads, fn, arg);
+	free(spans);
+	return ret;
+}
+
+int
+pmck__for_each_span_piece(const struct pmck_span *spans, uint32_t n, unsigned threads,
+		int (*fn)(void *arg, uint32_t span, uint64_t off, uint64_t len), void *arg)
+{
 	/* Pieces of 8 chunks: big enough to stream, small enough to balance threads. */
 	const uint64_t piece = 8 * PMCK_HASH_CHUNK;
-	uint32_t n = s->hdr->ntensors;
 	struct run r = {.fn = fn, .arg = arg, .msg_lock = PTHREAD_MUTEX_INITIALIZER};
 
 	if (threads == 0) {
@@ -74,17 +90,17 @@ pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
 		threads = PMCK_MAX_WORKERS;
 	size_t total = 0;
 	for (uint32_t i = 0; i < n; i++)
-		total += s->tmap[i].nbytes ? (s->tmap[i].nbytes + piece - 1) / piece : 1;
-	r.pieces = malloc(total * sizeof(*r.pieces));
+		total += spans[i].nbytes ? (spans[i].nbytes + piece - 1) / piece : 1;
+	r.pieces = malloc((total ? total : 1) * sizeof(*r.pieces));
 	if (!r.pieces)
 		return pma__err(-ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t off = 0;
 		do {
-			uint64_t len = s->tmap[i].nbytes - off < piece ? s->tmap[i].nbytes - off : piece;
-			r.pieces[r.npieces++] = (struct pmck_piece){i, off, len, s->tmap[i].offset + off};
+			uint64_t len = spans[i].nbytes - off < piece ? spans[i].nbytes - off : piece;
+			r.pieces[r.npieces++] = (struct pmck_piece){i, off, len, spans[i].offset + off};
 			off += len;
-		} while (off < s->tmap[i].nbytes);
+		} while (off < spans[i].nbytes);
 	}
 	qsort(r.pieces, r.npieces, sizeof(*r.pieces), cmp_slot_off);
 

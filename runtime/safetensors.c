@@ -514,18 +514,79 @@ st_open(const char *path, struct st_file *f, int shared)
 	return 0;
 }
 
+/* The chunk hashes of a file's tensors, made on several threads (st_hash_all). */
+struct st_hashes {
+	const struct st_file *f;
+	uint64_t *first; /* tensor i's chunks: hash[first[i]] .. hash[first[i + 1] - 1] */
+	uint64_t *hash;
+};
+
+static int
+st_hash_piece(void *arg, uint32_t i, uint64_t off, uint64_t len)
+{
+	const struct st_hashes *h = arg;
+	const uint8_t *p = h->f->data + h->f->t[i].begin;
+
+	for (uint64_t pos = off; pos < off + len; pos += PMCK_HASH_CHUNK) {
+		uint64_t n = off + len - pos < PMCK_HASH_CHUNK ? off + len - pos : PMCK_HASH_CHUNK;
+		h->hash[h->first[i] + pos / PMCK_HASH_CHUNK] = pmck__hash(p + pos, n);
+	}
+	return 0;
+}
+
+/*
+ * Checks every tensor of f that carries a checksum, its chunks hashed on all
+ * CPUs as recovery hashes a slot (pmck__combine of a tensor's chunk hashes is
+ * pmck_tensor_checksum of its bytes).  0, or PMCK_E_CORRUPT naming the first
+ * tensor in the file's order that fails.
+ */
+static int
+st_verify_checksums(const struct st_file *f)
+{
+	struct pmck_span *spans = calloc(f->n ? f->n : 1, sizeof(*spans));
+	uint64_t *first = calloc(f->n + 1, sizeof(*first));
+	struct st_hashes h = {f, first, NULL};
+	int ret = 0;
+
+	if (!spans || !first) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < f->n; i++) {
+		/* only the tensors with a checksum are hashed: the others are empty spans */
+		uint64_t len = f->t[i].has_checksum ? f->t[i].end - f->t[i].begin : 0;
+		spans[i] = (struct pmck_span){len, f->t[i].begin};
+		first[i + 1] = first[i] + (len + PMCK_HASH_CHUNK - 1) / PMCK_HASH_CHUNK;
+	}
+	h.hash = malloc((first[f->n] ? first[f->n] : 1) * sizeof(*h.hash));
+	if (!h.hash) {
+		ret = pma__err(-ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((ret = pmck__for_each_span_piece(spans, (uint32_t)f->n, 0, st_hash_piece, &h)))
+		goto out;
+	for (size_t i = 0; i < f->n; i++)
+		if (f->t[i].has_checksum &&
+		    pmck__combine(&h.hash[first[i]], first[i + 1] - first[i]) != f->t[i].checksum) {
+			ret = pma__err(PMCK_E_CORRUPT, "%s: tensor '%s' fails its checksum", f->path,
+					f->t[i].name);
+			break;
+		}
+out:
+	free(h.hash);
+	free(first);
+	free(spans);
+	return ret;
+}
+
 int
 pmck_safetensors_verify(const char *path, struct pmck_file_info *info)
 {
 	struct st_file f;
 	int ret = st_open(path, &f, 0);
 
-	for (size_t i = 0; !ret && i < f.n; i++)
-		if (f.t[i].has_checksum &&
-		    pmck_tensor_checksum(f.data + f.t[i].begin, f.t[i].end - f.t[i].begin) !=
-		    f.t[i].checksum)
-			ret = pma__err(PMCK_E_CORRUPT, "%s: tensor '%s' fails its checksum", path,
-					f.t[i].name);
+	if (!ret)
+		ret = st_verify_checksums(&f);
 	if (!ret && info)
 		*info = f.info;
 	st_close(&f);
@@ -567,6 +628,7 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 	struct pmck_ckpt *c = NULL;
 	uint32_t n = s->hdr->ntensors;
 	int64_t *map = NULL;
+	const void **srcs = NULL; /* where each tensor of the store comes from in the file */
 	int ret = st_open(path, &f, exact_step);
 
 	if (ret)
@@ -580,7 +642,8 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 	if (f.has_step)
 		step = f.info.step;
 	map = malloc(n * sizeof(*map));
-	if (!map) {
+	srcs = malloc(n * sizeof(*srcs));
+	if (!map || !srcs) {
 		ret = pma__err(-ENOMEM, "out of memory");
 		goto out;
 	}
@@ -596,6 +659,7 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 			break;
 		}
 		const struct st_tensor *t = &f.t[map[i]];
+		srcs[i] = f.data + t->begin;
 		if (!same_dtype(t->dtype, (enum pmck_dtype)e->dtype) || t->ndim != e->ndim ||
 		    memcmp(t->shape, e->shape, e->ndim * sizeof(uint64_t)))
 			ret = pma__err(PMCK_E_LAYOUT, "%s: tensor '%s' has another dtype or shape than "
@@ -607,8 +671,8 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 				"%016" PRIx64, path, f.layout_hash, s->hdr->layout_hash);
 	if (ret || (ret = pmck_store_begin(s, step, &c)))
 		goto out;
-	for (uint32_t i = 0; i < n && !ret; i++)
-		ret = pmck_ckpt_write(c, i, f.data + f.t[map[i]].begin);
+	/* Every tensor copied and hashed on all CPUs, as recovery verifies a slot. */
+	ret = pmck_ckpt_write_all(c, srcs, 0);
 	/* Compare with the file's own checksums before publishing anything. */
 	for (uint32_t i = 0; i < n && !ret; i++) {
 		const struct st_tensor *t = &f.t[map[i]];
@@ -624,6 +688,7 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 out:
 	if (ret && ret != -ENOMEM)
 		pma__err_prefix(ret, "import");
+	free(srcs);
 	free(map);
 	st_close(&f);
 	return ret;

@@ -25,7 +25,8 @@
 #include "copyout_util.h"
 
 static const struct pmck_tensor_desc layout[] = {
-	{.name = "emb", .dtype = PMCK_DTYPE_F32, .ndim = 2, .shape = {600, 700}, .layer = 0},
+	/* 12 MB: pieces of 8 MiB, so that verification and import hash it on two threads */
+	{.name = "emb", .dtype = PMCK_DTYPE_F32, .ndim = 2, .shape = {3000, 1000}, .layer = 0},
 	{.name = "l1.w", .dtype = PMCK_DTYPE_BF16, .ndim = 2, .shape = {64, 64}, .layer = 1},
 	{.name = "l1.b", .dtype = PMCK_DTYPE_F32, .ndim = 1, .shape = {7}, .layer = 1},
 	{.name = "step", .dtype = PMCK_DTYPE_I64, .ndim = 0, .layer = 2},
@@ -306,7 +307,7 @@ lenient_cases(void)
 	r = pmck_safetensors_verify(path, &fi);
 	ok(r == PMCK_E_CORRUPT, "garbage after the JSON object in the header: PMCK_E_CORRUPT (got %d)", r);
 	/* A shape given as a string. */
-	h = header_edit("[600,700]", "[\"600\",700]");
+	h = header_edit("[3000,1000]", "[\"3000\",1000]");
 	with_header(path, h);
 	free(h);
 	r = pmck_safetensors_verify(path, &fi);
@@ -351,6 +352,8 @@ main(void)
 			"tensor 'l1.w' fails its checksum");
 	flip_case("data byte in the 2nd MiB of 'emb' flipped", data_offset("emb") + (1u << 20) + 5,
 			0x80, "tensor 'emb' fails its checksum");
+	flip_case("data byte in the 10th MiB of 'emb' (its second piece) flipped",
+			data_offset("emb") + (9u << 20) + 11, 0x04, "tensor 'emb' fails its checksum");
 	flip_case("data byte of the scalar 'step' flipped", data_offset("step") + 7, 0x01,
 			"tensor 'step' fails its checksum");
 
@@ -369,7 +372,7 @@ main(void)
 			break;
 		}
 	flip_case("header: a digit of l1.b's data_offsets flipped", offs, 0x01, "l1.b");
-	flip_case("header: a shape digit of 'emb' (600 -> 700) changed", header_find("[600,") + 1,
+	flip_case("header: a shape digit of 'emb' (3000 -> 2000) changed", header_find("[3000,") + 1,
 			0x01, "tensor 'emb'");
 	size_t ck = header_find("\"xxh3:l1.w\":\"");
 	flip_case("header: a hex digit of l1.w's checksum flipped", ck ? ck + 14 : 0, 0x01,

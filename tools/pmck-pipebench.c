@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -281,6 +283,54 @@ checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned r
 	return tput;
 }
 
+/*
+ * A copy-out file's verification (pmck_safetensors_verify: every tensor's
+ * chunks hashed on every CPU, which a load from shared_dir or DCP's reader
+ * waits for) against one thread hashing the same file's bytes through a fresh
+ * mapping (the work of the verification before it ran on several threads).
+ * The newest checkpoint, written to a file in dir.  Medians of `reps`.
+ */
+static void
+file_verify_tput(struct pmck_store *s, const char *dir, unsigned reps)
+{
+	char path[600];
+	double t[64], one[64];
+	struct pmck_recovery rec;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/pmck-pipebench-%d.safetensors", dir, (int)getpid());
+	if (pmck_store_recover(s, &rec) || pmck_safetensors_write(s, path, 0, 1) ||
+	    stat(path, &st))
+		die("copy-out file");
+	if (reps > 64)
+		reps = 64;
+	for (unsigned k = 0; k < reps; k++) {
+		double t0 = tool_now();
+		if (pmck_safetensors_verify(path, NULL))
+			die("verify");
+		t[k] = tool_now() - t0;
+		t0 = tool_now();
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		void *map = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ,
+				MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED)
+			die("mmap");
+		volatile uint64_t sink = pmck_tensor_checksum(map, (uint64_t)st.st_size);
+		(void)sink;
+		munmap(map, (size_t)st.st_size);
+		close(fd);
+		one[k] = tool_now() - t0;
+	}
+	unlink(path);
+	double ours = st.st_size / tool_median(t, reps) / 1e9;
+	double base = st.st_size / tool_median(one, reps) / 1e9;
+	printf("bench: file_verify_tput %.2f GB/s\n", ours);
+	printf("bench: file_checksum_one_thread_tput %.2f GB/s\n", base);
+	printf("ratio: file_verify_tput_vs_one_thread %.3f\n", ours / base);
+	printf("# a %.1f MB copy-out file: pmck_safetensors_verify against one thread hashing its "
+			"bytes through a fresh mapping\n", st.st_size / 1e6);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -508,6 +558,7 @@ main(int argc, char **argv)
 		printf("# checkpoint every %u steps; goals: stall ratio <= 1.10, copy-out >= 0.9 of write+fsync\n",
 				every);
 		checksum_tput(s, bytes, threads, steps);
+		file_verify_tput(s, disk, steps);
 	}
 
 #ifdef PMCK_HAVE_CUDA
