@@ -1088,8 +1088,9 @@ struct pmck_file_info {
 /*
  * pmck_safetensors_verify -- parses `path` (header, offsets, dtypes,
  * shapes, file size) and, when it carries pmckpt checksums, checks every
- * tensor against them, hashing on every CPU (pieces of 8 chunks, as
- * pmck_store_recover does; threads of its own, joined before it returns).
+ * tensor against them, hashing on up to 8 threads (the online CPUs; pieces
+ * of 8 chunks, as pmck_store_recover does; threads of its own, joined
+ * before it returns).
  * *info may be NULL.  Errors: PMCK_E_CORRUPT with the reason (truncated,
  * bad header, offsets outside the data, checksum mismatch naming the first
  * failing tensor in the file's order), -errno of open/read, -ENOMEM.
@@ -1099,7 +1100,7 @@ int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
 /*
  * pmck_safetensors_import -- loads `path` into the store as checkpoint
  * `step` (the file's own step if it has one, else the step argument):
- * begin, every tensor written on every CPU (pmck_ckpt_write_all), its
+ * begin, every tensor written on up to 8 threads (pmck_ckpt_write_all), its
  * checksums compared with the file's, commit.  Tensors are matched by name and
  * must have the store's dtype and shape; every tensor of the store must be
  * present.  A file written by another tool (no checksums) is accepted.

@@ -103,6 +103,8 @@ pmck__for_each_span_piece(const struct pmck_span *spans, uint32_t n, unsigned th
 		} while (off < spans[i].nbytes);
 	}
 	qsort(r.pieces, r.npieces, sizeof(*r.pieces), cmp_slot_off);
+	if (threads > r.npieces) /* no thread started for nothing: a small store or file */
+		threads = r.npieces ? (unsigned)r.npieces : 1;
 
 	pthread_t tid[PMCK_MAX_WORKERS];
 	unsigned started = 0;

@@ -514,7 +514,7 @@ st_open(const char *path, struct st_file *f, int shared)
 	return 0;
 }
 
-/* The chunk hashes of a file's tensors, made on several threads (st_hash_all). */
+/* The chunk hashes of a file's tensors, made on several threads (st_verify_checksums). */
 struct st_hashes {
 	const struct st_file *f;
 	uint64_t *first; /* tensor i's chunks: hash[first[i]] .. hash[first[i + 1] - 1] */
@@ -535,10 +535,11 @@ st_hash_piece(void *arg, uint32_t i, uint64_t off, uint64_t len)
 }
 
 /*
- * Checks every tensor of f that carries a checksum, its chunks hashed on all
- * CPUs as recovery hashes a slot (pmck__combine of a tensor's chunk hashes is
- * pmck_tensor_checksum of its bytes).  0, or PMCK_E_CORRUPT naming the first
- * tensor in the file's order that fails.
+ * Checks every tensor of f that carries a checksum, its chunks hashed on up to
+ * PMCK_MAX_WORKERS threads (the online CPUs) as recovery hashes a slot
+ * (pmck__combine of a tensor's chunk hashes is pmck_tensor_checksum of its
+ * bytes).  0, or PMCK_E_CORRUPT naming the first tensor in the header's order
+ * that fails.
  */
 static int
 st_verify_checksums(const struct st_file *f)
@@ -563,7 +564,9 @@ st_verify_checksums(const struct st_file *f)
 		ret = pma__err(-ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((ret = pmck__for_each_span_piece(spans, (uint32_t)f->n, 0, st_hash_piece, &h)))
+	/* nothing to hash (no checksums, or only empty tensors): no thread */
+	if (first[f->n] &&
+	    (ret = pmck__for_each_span_piece(spans, (uint32_t)f->n, 0, st_hash_piece, &h)))
 		goto out;
 	for (size_t i = 0; i < f->n; i++)
 		if (f->t[i].has_checksum &&
