@@ -210,7 +210,7 @@ int pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off,
 
 /*
  * pmck_ckpt_write_all -- writes every tensor, srcs[i] for tensor i, with
- * `threads` threads (0: the number of online CPUs, at most 8) splitting
+ * `threads` threads (0: the CPUs of the caller's affinity, at most 8) splitting
  * large tensors by chunks.  Errors: those of pmck_ckpt_write_range (the
  * message is the failing worker's).
  */
@@ -274,7 +274,7 @@ int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 /*
  * pmck_store_recover_into -- pmck_store_recover, copying the checkpoint out
  * as it is verified: each chunk of tensor i is hashed and then copied to
- * dst[i] while it is in the cache, on every CPU, so that the slot is read
+ * dst[i] while it is in the cache, on the caller's CPUs (up to 8), so that the slot is read
  * once rather than twice (recover, then pmck_store_read).
  * dst: one entry per tensor of the store, in index order (pmck_store_find):
  * memory the caller owns, of the tensor's nbytes (ordinary memory, not this
@@ -1088,10 +1088,9 @@ struct pmck_file_info {
 /*
  * pmck_safetensors_verify -- parses `path` (header, offsets, dtypes,
  * shapes, file size) and, when it carries pmckpt checksums, checks every
- * tensor against them, hashing on up to 8 threads (the online CPUs; pieces
- * of 8 chunks, as pmck_store_recover does; threads of its own, joined
- * before it returns).
- * *info may be NULL.  Errors: PMCK_E_CORRUPT with the reason (truncated,
+ * tensor against them, hashing on up to 8 threads (the caller's CPUs by
+ * affinity; pieces of 8 chunks, as pmck_store_recover does; threads of its
+ * own, joined before it returns).  *info may be NULL.  Errors: PMCK_E_CORRUPT with the reason (truncated,
  * bad header, offsets outside the data, checksum mismatch naming the first
  * failing tensor in the file's order), -errno of open/read, -ENOMEM.
  */

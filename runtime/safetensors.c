@@ -536,7 +536,7 @@ st_hash_piece(void *arg, uint32_t i, uint64_t off, uint64_t len)
 
 /*
  * Checks every tensor of f that carries a checksum, its chunks hashed on up to
- * PMCK_MAX_WORKERS threads (the online CPUs) as recovery hashes a slot
+ * PMCK_MAX_WORKERS threads (the CPUs of its affinity) as recovery hashes a slot
  * (pmck__combine of a tensor's chunk hashes is pmck_tensor_checksum of its
  * bytes).  0, or PMCK_E_CORRUPT naming the first tensor in the header's order
  * that fails.

@@ -20,7 +20,7 @@ import torch
 
 from . import _lib
 from ._backend import _Backend
-from ._copy import Copier, parallel_fresh
+from ._copy import Copier, parallel_fresh, usable_cpus
 from ._lib import lib, check
 from ._multirank import _MultiRank
 from ._pipeline import (_GPU_SOURCES, _CallClock, _Pipeline, GpuMemoryWarning, GpuPathWarning,
@@ -197,7 +197,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.node = node
         if group is not None and group is not False:
             self._join_group(group, rank, world_size, name)
-        self.threads = threads or min(8, os.cpu_count() or 2)
+        self.threads = threads or min(8, usable_cpus())
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
         self.gpu_source = gpu_source

@@ -71,6 +71,13 @@ def test_strategy(src):
         return same(want["model"]["0.weight"].cpu(), cpu["model"]["0.weight"])
 
 
+def saved_twice(name, st):
+    """Store `name` holding st with its tensors zeroed at step 1, and st at step 2."""
+    with pmckpt.Store(name=name, ramdisk=D) as s:
+        s.save({k: (v * 0 if isinstance(v, torch.Tensor) else v) for k, v in st.items()}, 1)
+        s.save(st, 2)
+
+
 def test_early_load():
     """load(into=) of CUDA tensors: their copies cross PCIe into a scratch buffer
     while the CPU verifies the slot (_EarlyCopies; its failure cases are
@@ -80,9 +87,7 @@ def test_early_load():
     st["host"] = torch.arange(10)
     st["step"] = 2
     want = clone(st)
-    with pmckpt.Store(name="gpu-early", ramdisk=D) as s:
-        s.save({k: (v * 0 if isinstance(v, torch.Tensor) else v) for k, v in st.items()}, 1)
-        s.save(st, 2)
+    saved_twice("gpu-early", st)
     into = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
     w0 = into["w0"]
     with pmckpt.Store(name="gpu-early", ramdisk=D) as s:
@@ -109,9 +114,7 @@ def test_early_load_made():
     st["host"] = torch.arange(10)
     st["step"] = 2
     want = clone(st)
-    with pmckpt.Store(name="gpu-early-made", ramdisk=D) as s:
-        s.save({k: (v * 0 if isinstance(v, torch.Tensor) else v) for k, v in st.items()}, 1)
-        s.save(st, 2)
+    saved_twice("gpu-early-made", st)
     with pmckpt.Store(name="gpu-early-made", ramdisk=D) as s:
         out = s.load()
         rec = s.last_recovery

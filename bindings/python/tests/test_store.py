@@ -694,6 +694,19 @@ def zeroed(st):
     return z
 
 
+def newest_damaged(name, slot, tensor, load, want):
+    """Damages `tensor` in the newest `slot` of store `name`: load() (which returns
+    the state and last_recovery) must then give step 1, `want`, without the early
+    copies.  (the pool file, what is wrong or None)."""
+    path, off, _ = slot_address(name, slot, tensor)
+    flip(path, off + 8)
+    out, rec = load()
+    if rec["step"] != 1 or "early_bytes" in rec:
+        return path, f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
+    r = same(want, out)
+    return path, f"newest slot corrupted: {r}" if r else None
+
+
 def test_early_load():
     """load(into=) with its copies started before verification (_EarlyCopies;
     on a GPU they cross PCIe while the CPU verifies: here forced onto host
@@ -730,15 +743,9 @@ def test_early_load():
         if "early_bytes" in s2.last_recovery:
             return "host tensors took the early path without being asked"
     newest = rec["slot"]
-    path, off, _ = slot_address("early", newest, "model/2.weight")
-    flip(path, off + 8)
-    into = zeroed(st2)
-    out, rec = load(into)
-    if rec["step"] != 1 or "early_bytes" in rec:
-        return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
-    r = same(st1, out)
-    if r:
-        return f"newest slot corrupted: {r}"
+    path, why = newest_damaged("early", newest, "model/2.weight", lambda: load(zeroed(st2)), st1)
+    if why:
+        return why
     _, off1, _ = slot_address("early", 1 - newest, "model/0.weight")
     flip(path, off1 + 8)
     into = zeroed(st2)
@@ -828,14 +835,10 @@ def test_early_load_made():
             if "early_bytes" in s2.last_recovery:
                 return "host tensors took the early path without being asked"
         newest = rec["slot"]
-        path, off, _ = slot_address("early-made", newest, "mid")
-        flip(path, off + 8)
-        out, rec = load(check_dropped=True)
-        if rec["step"] != 1 or "early_bytes" in rec:
-            return f"newest slot corrupted: loaded {rec}, wanted step 1 without the early copies"
-        r = same(st1, out)
-        if r:
-            return f"newest slot corrupted: {r}"
+        path, why = newest_damaged("early-made", newest, "mid", lambda: load(check_dropped=True),
+                                   st1)
+        if why:
+            return why
         _, off1, _ = slot_address("early-made", 1 - newest, "big")
         flip(path, off1 + 8)
         try:
@@ -879,6 +882,23 @@ def test_early_load_made_every_kind():
                 return f"own={_recovery._EARLY_OWN}: tied tensors are no longer one tensor"
     finally:
         _recovery._EARLY_OWN = own
+
+
+def test_threads_follow_affinity():
+    """The default writer and copy thread counts are the CPUs the process may run
+    on (its affinity: an MPI launcher's binding), not the machine's."""
+    from pmckpt import _copy
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mask)})
+        one = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+    finally:
+        os.sched_setaffinity(0, mask)
+    every = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+    if one != (1, 1):
+        return f"bound to one CPU: {one} threads (writers, copies), wanted 1 each"
+    if every != (min(8, len(mask)),) * 2:
+        return f"{len(mask)} CPUs: {every} threads, wanted {min(8, len(mask))} each"
 
 
 def test_corrupted_slot():
@@ -1347,6 +1367,7 @@ T.run("corrupted newest slot: the previous checkpoint loads, with a RecoveryWarn
 T.run("one pass: newest slot damaged, the older copied over the same buffers; both "
       "damaged, the shared step imported and the buffers unused", test_one_pass_fallbacks)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
+T.run("default thread counts follow the process's CPU affinity", test_threads_follow_affinity)
 T.run("no GPU path: CUDA tensors through host memory, a GpuPathWarning saying why, once",
       test_gpu_path_warning)
 T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldSizeError",
