@@ -210,8 +210,8 @@ int pmck_ckpt_write_range(struct pmck_ckpt *c, size_t idx, uint64_t off,
 
 /*
  * pmck_ckpt_write_all -- writes every tensor, srcs[i] for tensor i, with
- * `threads` threads (0: the CPUs of the caller's affinity, at most 8) splitting
- * large tensors by chunks.  Errors: those of pmck_ckpt_write_range (the
+ * `threads` threads (0: the CPUs of the caller's affinity, at most 8)
+ * splitting large tensors by chunks.  Errors: those of pmck_ckpt_write_range (the
  * message is the failing worker's).
  */
 int pmck_ckpt_write_all(struct pmck_ckpt *c, const void *const *srcs,
@@ -274,8 +274,9 @@ int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 /*
  * pmck_store_recover_into -- pmck_store_recover, copying the checkpoint out
  * as it is verified: each chunk of tensor i is hashed and then copied to
- * dst[i] while it is in the cache, on the caller's CPUs (up to 8), so that the slot is read
- * once rather than twice (recover, then pmck_store_read).
+ * dst[i] while it is in the cache, on the caller's CPUs (up to 8), so
+ * that the slot is read once rather than twice (recover, then
+ * pmck_store_read).
  * dst: one entry per tensor of the store, in index order (pmck_store_find):
  * memory the caller owns, of the tensor's nbytes (ordinary memory, not this
  * store's region), or NULL for a tensor to verify without copying.  When
@@ -1090,9 +1091,10 @@ struct pmck_file_info {
  * shapes, file size) and, when it carries pmckpt checksums, checks every
  * tensor against them, hashing on up to 8 threads (the caller's CPUs by
  * affinity; pieces of 8 chunks, as pmck_store_recover does; threads of its
- * own, joined before it returns).  *info may be NULL.  Errors: PMCK_E_CORRUPT with the reason (truncated,
- * bad header, offsets outside the data, checksum mismatch naming the first
- * failing tensor in the file's order), -errno of open/read, -ENOMEM.
+ * own, joined before it returns).  *info may be NULL.  Errors:
+ * PMCK_E_CORRUPT with the reason (truncated, bad header, offsets outside
+ * the data, checksum mismatch naming the first failing tensor in the
+ * file's order), -errno of open/read, -ENOMEM.
  */
 int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
 
