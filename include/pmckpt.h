@@ -1094,7 +1094,7 @@ struct pmck_file_info {
  * own, joined before it returns).  *info may be NULL.  Errors:
  * PMCK_E_CORRUPT with the reason (truncated, bad header, offsets outside
  * the data, checksum mismatch naming the first failing tensor in the
- * file's order), -errno of open/read, -ENOMEM.
+ * header's order), -errno of open/read, -ENOMEM.
  */
 int pmck_safetensors_verify(const char *path, struct pmck_file_info *info);
 

@@ -37,8 +37,9 @@ hash_piece(void *arg, uint32_t tensor, uint64_t off, uint64_t len)
 
 /*
  * Index of the first tensor of slot k whose checksum fails, or -1.  The
- * chunks are hashed on all CPUs (and copied to dst, see struct verify); the
- * chunk-hash array is free because no checkpoint is in flight.
+ * chunks are hashed on up to 8 threads, the caller's CPUs (and copied to
+ * dst, see struct verify); the chunk-hash array is free because no
+ * checkpoint is in flight.
  */
 static int64_t
 verify_slot(const struct pmck_store *s, unsigned k, void *const *dst)

@@ -674,7 +674,7 @@ pmck__safetensors_import(struct pmck_store *s, const char *path, uint64_t step, 
 				"%016" PRIx64, path, f.layout_hash, s->hdr->layout_hash);
 	if (ret || (ret = pmck_store_begin(s, step, &c)))
 		goto out;
-	/* Every tensor copied and hashed on all CPUs, as recovery verifies a slot. */
+	/* Every tensor copied and hashed on up to 8 threads, as recovery verifies a slot. */
 	ret = pmck_ckpt_write_all(c, srcs, 0);
 	/* Compare with the file's own checksums before publishing anything. */
 	for (uint32_t i = 0; i < n && !ret; i++) {

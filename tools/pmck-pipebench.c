@@ -230,8 +230,8 @@ checksum_worker(void *arg)
 /*
  * What the CPU side of the GPU path can hash: XXH3 (pmck_tensor_checksum)
  * over the newest slot's bytes on `threads` threads, as the writers hash
- * what lands, and pmck_store_recover, which verifies the slot on every CPU
- * before a load may use it.  Medians of `reps`.
+ * what lands, and pmck_store_recover, which verifies the slot on up to 8
+ * threads (the CPUs it may run on) before a load may use it.  Medians of `reps`.
  */
 static double
 checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned reps)
@@ -278,7 +278,7 @@ checksum_tput(struct pmck_store *s, uint64_t bytes, unsigned threads, unsigned r
 	printf("bench: cpu_checksum_%uthreads_tput %.2f GB/s\n", threads, tput);
 	printf("bench: verify_slot_tput %.2f GB/s\n", bytes / tool_median(v, reps) / 1e9);
 	printf("# XXH3 of the newest slot (%.1f MB) on %u threads, as the GPU writers hash what "
-			"lands; verify_slot: pmck_store_recover on every CPU, which a load waits for\n",
+			"lands; verify_slot: pmck_store_recover on up to 8 threads, which a load waits for\n",
 			bytes / 1e6, threads);
 	return tput;
 }

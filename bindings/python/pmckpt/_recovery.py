@@ -220,18 +220,23 @@ class _Recovery:
         size += runs[-1][1] - runs[-1][0] if runs else 0
         scratch, placed = None, {}
         try:
+            # The large new tensors first: the load makes them anyway.  Then the scratch
+            # buffer and the small ones, if they fit beside them.
+            for addr, n, name, t, dtype, shape in own:
+                placed[name] = (torch.empty(shape, dtype=dtype, device=dev), None, n)
             if size and dev.type == "cuda" and mode == "auto":
                 free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
-                if size > free - free // 8:  # the training's memory comes first
-                    if not own:
-                        return None
+                made_small = sum(r[1] for r in rows if r[3] is None)
+                if size + made_small > free - free // 8:  # the training's memory comes first
                     rows, runs, size = [], [], 0  # the small new tensors: after verification
+                    if sum(r[1] for r in own) < _EARLY_MIN:
+                        return None
             if size:
                 scratch = torch.empty(size, dtype=torch.uint8, device=dev)
-            for addr, n, name, t, dtype, shape in rows + own:
+            for addr, n, name, t, dtype, shape in rows:
                 if t is None:
                     t = torch.empty(shape, dtype=dtype, device=dev)
-                placed[name] = (t, at.get(name), n)
+                placed[name] = (t, at[name], n)
         except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
         for first, end, off in runs:
@@ -286,25 +291,32 @@ class _Recovery:
         buffers to make: the load takes a buffer only for a tensor whose verified
         metadata puts it on the host, and copies the others as before.  {index:
         buffer}, or None where this does not apply (no library support, a device
-        map_location, newest None: no slot metadata to read, _newest_doc)."""
-        if _RECOVER_INTO is None or newest is None:
+        map_location, no slot metadata to read).  newest: a callable giving
+        _newest_doc()'s result, called only if needed."""
+        if _RECOVER_INTO is None:
             return None
         if map_location is not None and torch.device(map_location).type != "cpu":
+            return None
+        newest = newest()
+        if newest is None:
             return None
         _, names, infos = newest
         s, ti = self._h.store, _lib.TensorInfo()
         # Not faulted in first (madvise): recovery's threads fault the pages in as they
-        # copy, on every CPU (500 MB in 192 tensors on the 2-core dev VM: 0.18 s for the
+        # copy, on up to 8 threads (500 MB in 192 tensors on the 2-core dev VM: 0.18 s for the
         # load, against 0.23 s faulting them in first on one thread).
         buffers = {}
-        for name in names:
-            info = infos.get(name, {})
-            if map_location is None and info.get("dev", "cpu") != "cpu":
-                continue
-            idx = lib.pmck_store_find(s, name.encode())
-            if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
-                continue
-            buffers[idx] = torch.empty(ti.nbytes, dtype=torch.uint8)
+        try:
+            for name in names:
+                info = infos.get(name, {})
+                if map_location is None and info.get("dev", "cpu") != "cpu":
+                    continue
+                idx = lib.pmck_store_find(s, name.encode())
+                if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
+                    continue
+                buffers[idx] = torch.empty(ti.nbytes, dtype=torch.uint8)
+        except Exception:  # noqa: BLE001 -- unverified metadata that misleads: no buffers
+            return None
         return buffers or None
 
     def _made_for_load(self, map_location, newest):
@@ -314,16 +326,18 @@ class _Recovery:
         else where they were saved), for _start_early_copies(made=True) to fill
         while recovery verifies.  Empty where none is (in Store._early_load
         "always", the tests', any device counts), or where the slot's metadata
-        does not read (newest None: _newest_doc).  newest is not verified: the
-        load uses a tensor made from it only where the verified metadata names
-        the same tensor."""
+        does not read.  newest: a callable giving _newest_doc()'s result, called
+        only if needed (the load's, made once).  That metadata is not verified:
+        the load uses a tensor made from it only where the verified metadata
+        names the same tensor."""
         mode = self._early_load
-        if mode == "never" or newest is None:
+        if mode == "never":
             return {}
-        if map_location is not None:
-            if torch.device(map_location).type != "cuda" and mode != "always":
-                return {}
-        elif mode != "always" and not torch.cuda.is_available():
+        if map_location is not None and torch.device(map_location).type != "cuda" and \
+                mode != "always":
+            return {}
+        newest = newest()
+        if newest is None:
             return {}
         _, names, infos = newest
         s, ti, made = self._h.store, _lib.TensorInfo(), {}

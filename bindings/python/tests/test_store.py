@@ -763,8 +763,8 @@ def test_early_load_made():
     """load() into new tensors with their copies started before verification
     (_EarlyCopies made=True; on a GPU, for the tensors bound for it: here
     forced onto host tensors): large tensors take their bytes directly, small
-    ones through a scratch buffer that holds no large one's, a view or another
-    dtype after verification; the tensors returned hold the verified
+    ones through a scratch buffer that holds no large one's, a strided view
+    after verification; the tensors returned hold the verified
     checkpoint, each its own memory; when recovery rejects their slot they are
     gone before the load makes its own."""
     from pmckpt import _recovery
@@ -889,16 +889,42 @@ def test_threads_follow_affinity():
     on (its affinity: an MPI launcher's binding), not the machine's."""
     from pmckpt import _copy
     mask = os.sched_getaffinity(0)
+    env = os.environ.pop("PMCKPT_COPY_THREADS", None)  # it overrides the copies' count
     try:
         os.sched_setaffinity(0, {min(mask)})
         one = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+        os.sched_setaffinity(0, mask)
+        every = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
     finally:
         os.sched_setaffinity(0, mask)
-    every = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+        if env is not None:
+            os.environ["PMCKPT_COPY_THREADS"] = env
     if one != (1, 1):
         return f"bound to one CPU: {one} threads (writers, copies), wanted 1 each"
     if every != (min(8, len(mask)),) * 2:
         return f"{len(mask)} CPUs: {every} threads, wanted {min(8, len(mask))} each"
+
+
+def test_host_load_leaves_cuda_alone():
+    """A save and a load of host tensors never ask torch about CUDA (which
+    initialises it: a forked child could then not use it)."""
+    sd = train_state(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1))
+    real = torch.cuda.is_available, torch.cuda.is_initialized
+
+    def asked():
+        raise AssertionError("torch.cuda asked")
+    torch.cuda.is_available = torch.cuda.is_initialized = asked
+    try:
+        with pmckpt.Store(name="hostonly", ramdisk=D) as s:
+            s.save(sd, 1)
+        with pmckpt.Store(name="hostonly", ramdisk=D) as s:
+            out = s.load()
+            s.load(into=out)
+    except AssertionError as e:
+        return str(e)
+    finally:
+        torch.cuda.is_available, torch.cuda.is_initialized = real
+    return same(sd, out)
 
 
 def test_corrupted_slot():
@@ -1368,6 +1394,8 @@ T.run("one pass: newest slot damaged, the older copied over the same buffers; bo
       "damaged, the shared step imported and the buffers unused", test_one_pass_fallbacks)
 T.run("no store: NoCheckpointError", test_no_checkpoint)
 T.run("default thread counts follow the process's CPU affinity", test_threads_follow_affinity)
+T.run("a save and a load of host tensors never ask torch about CUDA",
+      test_host_load_leaves_cuda_alone)
 T.run("no GPU path: CUDA tensors through host memory, a GpuPathWarning saying why, once",
       test_gpu_path_warning)
 T.run("recovery codes map to NoCheckpointError, CheckpointsUnusableError, WorldSizeError",
