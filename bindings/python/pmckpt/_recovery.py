@@ -283,6 +283,30 @@ class _Recovery:
         except Exception:  # noqa: BLE001 -- a damaged slot: recovery will say so
             return None
 
+    def _newest_tensors(self, map_location):
+        """The tensors of the newest sealed slot's metadata (_newest_doc, read before
+        it is verified) that the store holds with bytes, as [(name, info, the device
+        the load puts it on, store index, bytes, pmck dtype, shape)], for a load into
+        new tensors to prepare for; it checks what it uses against the verified
+        metadata.  None where that metadata does not read or misleads."""
+        newest = self._newest_doc()
+        if newest is None:
+            return None
+        _, names, infos = newest
+        s, ti, rows = self._h.store, _lib.TensorInfo(), []
+        try:
+            for name in names:
+                info = infos.get(name, {})
+                dev = torch.device(map_location if map_location is not None
+                                   else info.get("dev", "cpu"))
+                idx = lib.pmck_store_find(s, name.encode())
+                if idx >= 0 and lib.pmck_store_tensor(s, idx, byref(ti)) >= 0 and ti.nbytes:
+                    rows.append((name, info, dev, idx, ti.nbytes, ti.dtype,
+                                 tuple(ti.shape[:ti.ndim])))
+        except Exception:  # noqa: BLE001 -- unverified metadata that misleads: prepare nothing
+            return None
+        return rows
+
     def _fresh_buffers(self, map_location, newest):
         """For a load into new tensors: a new uint8 host buffer for each tensor that
         the newest sealed slot puts on the host, for recovery to fill as it verifies
@@ -292,31 +316,17 @@ class _Recovery:
         metadata puts it on the host, and copies the others as before.  {index:
         buffer}, or None where this does not apply (no library support, a device
         map_location, no slot metadata to read).  newest: a callable giving
-        _newest_doc()'s result, called only if needed."""
+        _newest_tensors(map_location), called only if needed."""
         if _RECOVER_INTO is None:
             return None
         if map_location is not None and torch.device(map_location).type != "cpu":
             return None
-        newest = newest()
-        if newest is None:
-            return None
-        _, names, infos = newest
-        s, ti = self._h.store, _lib.TensorInfo()
+        rows = newest()
         # Not faulted in first (madvise): recovery's threads fault the pages in as they
         # copy, on up to 8 threads (500 MB in 192 tensors on the 2-core dev VM: 0.18 s for the
         # load, against 0.23 s faulting them in first on one thread).
-        buffers = {}
-        try:
-            for name in names:
-                info = infos.get(name, {})
-                if map_location is None and info.get("dev", "cpu") != "cpu":
-                    continue
-                idx = lib.pmck_store_find(s, name.encode())
-                if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
-                    continue
-                buffers[idx] = torch.empty(ti.nbytes, dtype=torch.uint8)
-        except Exception:  # noqa: BLE001 -- unverified metadata that misleads: no buffers
-            return None
+        buffers = {idx: torch.empty(n, dtype=torch.uint8)
+                   for _, _, dev, idx, n, _, _ in rows or () if dev.type == "cpu"}
         return buffers or None
 
     def _made_for_load(self, map_location, newest):
@@ -326,39 +336,22 @@ class _Recovery:
         else where they were saved), for _start_early_copies(made=True) to fill
         while recovery verifies.  Empty where none is (in Store._early_load
         "always", the tests', any device counts), or where the slot's metadata
-        does not read.  newest: a callable giving _newest_doc()'s result, called
-        only if needed (the load's, made once).  That metadata is not verified:
-        the load uses a tensor made from it only where the verified metadata
-        names the same tensor."""
+        does not read.  newest: a callable giving _newest_tensors(map_location),
+        called only if needed.  That metadata is not verified: the load uses a
+        tensor made from it only where the verified metadata names the same
+        tensor."""
         mode = self._early_load
         if mode == "never":
             return {}
         if map_location is not None and torch.device(map_location).type != "cuda" and \
                 mode != "always":
             return {}
-        newest = newest()
-        if newest is None:
-            return {}
-        _, names, infos = newest
-        s, ti, made = self._h.store, _lib.TensorInfo(), {}
-        try:
-            for name in names:
-                info = infos.get(name, {})
-                if any(k != "dev" for k in info):
-                    continue  # a view, another dtype: copied after verification
-                dev = torch.device(map_location if map_location is not None
-                                   else info.get("dev", "cpu"))
-                if dev.type != "cuda" and mode != "always":
-                    continue
-                idx = lib.pmck_store_find(s, name.encode())
-                if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
-                    continue
-                dtype = _PMCK_TO_TORCH.get(ti.dtype)
-                if dtype is not None:
-                    made[name] = (tuple(ti.shape[:ti.ndim]), dtype, dev)
-        except Exception:  # noqa: BLE001 -- unverified metadata that misleads: none early
-            return {}
-        return made
+        # plain tensors only: a view or another dtype ("stride", "dtype" in info) is
+        # copied after verification
+        return {name: (shape, _PMCK_TO_TORCH[code], dev)
+                for name, info, dev, _, _, code, shape in newest() or ()
+                if all(k == "dev" for k in info) and code in _PMCK_TO_TORCH and
+                (dev.type == "cuda" or mode == "always")}
 
     def _recover(self, fresh=None):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir).

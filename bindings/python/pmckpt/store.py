@@ -337,7 +337,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             elif into is not None:
                 early = self._start_early_copies(targets)  # crossing while recovery verifies
             else:  # into new tensors: those for a GPU cross while recovery verifies
-                newest = functools.cache(self._newest_doc)  # unverified; read once, if needed
+                newest = functools.cache(lambda: self._newest_tensors(map_location))
                 early = self._start_early_copies(self._made_for_load(map_location, newest),
                                                  made=True)
             try:
@@ -350,8 +350,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         """load()'s rest, with the lock held: recovery (unless load(step=) did it),
         then the copies out of the readable checkpoint; early: the copies started
         before verification (_EarlyCopies), used if recovery chose their slot;
-        newest: a callable giving the newest sealed slot's unverified metadata
-        (_newest_doc), for a load into new tensors."""
+        newest: a callable giving the newest sealed slot's tensors, from its
+        unverified metadata (_newest_tensors), read once, for a load into new
+        tensors."""
         fresh = None
         if step is None:
             # Into new host tensors (no into=): recovery copies each tensor out of the slot
