@@ -119,7 +119,7 @@ MPI     ?= $(if $(MPICC),1,0)
 
 # common/: helpers compiled into every library that needs them (error messages, owners in words).
 # common/pmtrace.c: in the trace build only (every other build has its empty inline hooks).
-COMMON_SRC  := common/errmsg.c common/owner.c $(if $(TRACEFLAGS),common/pmtrace.c)
+COMMON_SRC  := common/cpus.c common/errmsg.c common/owner.c $(if $(TRACEFLAGS),common/pmtrace.c)
 PMALLOC_NS_SRC := pmalloc/ndctl.c $(wildcard pmalloc/ns_*.c pmalloc/provision*.c)
 PMALLOC_SRC := $(filter-out $(PMALLOC_NS_SRC),$(wildcard pmalloc/*.c)) $(COMMON_SRC)
 PMALLOC_NS_SRC += $(COMMON_SRC)

@@ -17,15 +17,9 @@
 #include "errmsg.h"
 #include "lock.h"
 #include "owner.h"
+#include "populate.h"
 #define PMTRACE_NO_SITES /* this file defines the functions the sites call */
 #include "pmtrace.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 struct pma_region {
 	char *path;
@@ -268,21 +262,14 @@ node_of_pages(const void *addr)
 /*
  * Populate the page tables for writing without changing the contents.
  * First touch of a fresh /dev/shm gigabyte ran at 0.33 GB/s against 20 GB/s
- * warm, so this belongs at open time, not in the first checkpoint.
+ * warm, so this belongs at open time, not in the first checkpoint; on
+ * several threads (populate.c), since an open before a restart's import is
+ * on the critical path.
  */
 void
 pma_region_prefault(const struct pma_region *r)
 {
-	if (r->rdonly) {
-		madvise(r->addr, r->size, MADV_POPULATE_READ); /* best effort: reads fault anyway */
-		return;
-	}
-	if (madvise(r->addr, r->size, MADV_POPULATE_WRITE) == 0)
-		return;
-	/* Kernels before 5.14: a no-op atomic write per page faults it in writable. */
-	long page = sysconf(_SC_PAGESIZE);
-	for (size_t off = 0; off < r->size; off += (size_t)page)
-		__atomic_fetch_add((char *)r->addr + off, 0, __ATOMIC_RELAXED);
+	pma__populate(r->addr, r->size, !r->rdonly); /* read-only: best effort, reads fault anyway */
 }
 
 int

@@ -295,9 +295,8 @@ pmck__now_ns(void)
 }
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
- * `threads` threads (0: pmck__usable_cpus(); at most PMCK_MAX_WORKERS).  First error wins. */
+ * `threads` threads (0: usable_cpus() of common/cpus.h; at most PMCK_MAX_WORKERS).  First error wins. */
 #define PMCK_MAX_WORKERS 8
-unsigned pmck__usable_cpus(void); /* the CPUs of this thread's affinity (else the online ones) */
 int pmck__for_each_piece(const struct pmck_store *s, unsigned threads,
 		int (*fn)(void *arg, uint32_t tensor, uint64_t off, uint64_t len), void *arg);
 /* The same over n runs of bytes other than a store's tensors (a file's): run i is

@@ -8,12 +8,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
+#include "cpus.h"
 #include "internal.h"
 
 struct run {
@@ -52,23 +51,6 @@ worker(void *arg)
 	return NULL;
 }
 
-/*
- * The CPUs this thread may run on: its affinity, which an MPI launcher's
- * binding or a container's cpuset narrows (8 ranks of a 16-core node bound
- * to 2 cores each would otherwise start 8 threads each); the online CPUs if
- * the mask cannot be read (more CPUs than a cpu_set_t holds).
- */
-unsigned
-pmck__usable_cpus(void)
-{
-	cpu_set_t set;
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return (unsigned)CPU_COUNT(&set);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus < 1 ? 1 : (unsigned)cpus;
-}
-
 static int
 cmp_slot_off(const void *a, const void *b)
 {
@@ -101,7 +83,7 @@ pmck__for_each_span_piece(const struct pmck_span *spans, uint32_t n, unsigned th
 	struct run r = {.fn = fn, .arg = arg, .msg_lock = PTHREAD_MUTEX_INITIALIZER};
 
 	if (threads == 0)
-		threads = pmck__usable_cpus();
+		threads = usable_cpus();
 	if (threads > PMCK_MAX_WORKERS)
 		threads = PMCK_MAX_WORKERS;
 	size_t total = 0;

@@ -1,11 +1,68 @@
-/* region.c -- mapping a file region: create, reopen, granularity, persistence calls. */
+/*
+ * region.c -- mapping a file region: create, reopen, granularity,
+ * persistence calls, and the prefault's page tables (populated on several
+ * threads in pieces: every page of an odd-sized region, with one CPU or
+ * more).
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <sched.h>
 #include <sys/stat.h>
 
 #include "pmalloc.h"
 #include "tap.h"
+
+/* The bytes of the mapping at addr that have page-table entries (its Rss in smaps). */
+static size_t
+mapped_bytes(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0;
+	size_t kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in = lo == (unsigned long)addr;
+		else if (in && sscanf(line, "Rss: %zu kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb << 10;
+}
+
+/* An odd-sized region (a tail after the last 2 MiB boundary) is populated
+ * whole, by the open and by pma_region_prefault, read-only too. */
+static void
+prefault_covers_all(const char *path, const char *how)
+{
+	size_t size = (200 << 20) + (12 << 10);
+	struct pma_region *r = NULL;
+
+	unlink(path);
+	is_int(pma_region_open(path, size, PMA_REGION_CREATE, &r), 0, "%s: create %zu bytes",
+			how, size);
+	ok(r && mapped_bytes(pma_region_addr(r)) == size, "%s: the open populated all %zu bytes (%zu)",
+			how, size, r ? mapped_bytes(pma_region_addr(r)) : 0);
+	pma_region_close(&r);
+	is_int(pma_region_open(path, 0, PMA_REGION_NO_PREFAULT, &r), 0, "%s: reopen, no prefault", how);
+	ok(r && mapped_bytes(pma_region_addr(r)) < size / 2, "%s: not populated (%zu)", how,
+			r ? mapped_bytes(pma_region_addr(r)) : 0);
+	if (r)
+		pma_region_prefault(r);
+	ok(r && mapped_bytes(pma_region_addr(r)) == size, "%s: pma_region_prefault populated all (%zu)",
+			how, r ? mapped_bytes(pma_region_addr(r)) : 0);
+	pma_region_close(&r);
+	is_int(pma_region_open(path, 0, PMA_REGION_RDONLY, &r), 0, "%s: reopen read-only", how);
+	ok(r && mapped_bytes(pma_region_addr(r)) == size, "%s: populated for reading (%zu)", how,
+			r ? mapped_bytes(pma_region_addr(r)) : 0);
+	pma_region_close(&r);
+	unlink(path);
+}
 
 int
 main(void)
@@ -44,5 +101,20 @@ main(void)
 
 	is_int(pma_region_open(path, size * 2, 0, &r), -ENOSPC, "smaller than asked is -ENOSPC");
 	unlink(path);
+
+	cpu_set_t all, one;
+	prefault_covers_all(path, "every CPU");
+	if (sched_getaffinity(0, sizeof(all), &all) == 0) {
+		CPU_ZERO(&one);
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &all)) {
+				CPU_SET(c, &one);
+				break;
+			}
+		if (sched_setaffinity(0, sizeof(one), &one) == 0) {
+			prefault_covers_all(path, "one CPU");
+			sched_setaffinity(0, sizeof(all), &all);
+		}
+	}
 	return done_testing();
 }

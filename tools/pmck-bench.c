@@ -17,6 +17,11 @@
  *   pmemobj_tx   one libpmemobj transaction: add_range over the
  *                destination, memcpy, commit
  *   write_fsync  open, write() every tensor, fsync, close, on a disk
+ *   region_open  pma_region_open creating a region of the store's size
+ *                (fallocate, mapping, page tables populated on several
+ *                threads), against the same open populating them with one
+ *                madvise on the calling thread: what a restart pays before
+ *                its import
  *
  * Output contract on stdout: "bench: NAME VALUE UNIT", "ratio: NAME VALUE"
  * (ours over a baseline), and context lines starting with '#'.
@@ -161,6 +166,32 @@ static void
 track(unsigned slot, const char *path)
 {
 	snprintf(cleanup_path[slot], sizeof(cleanup_path[slot]), "%s", path ? path : "");
+}
+
+/*
+ * Creates a region of `size` at `path` and closes it again, timing the open:
+ * as pma_region_open does (one_thread 0), or without its prefault and then
+ * one madvise(MADV_POPULATE_WRITE) of the whole mapping on this thread.
+ */
+static int
+region_open_seconds(const char *path, size_t size, int one_thread, double *secs)
+{
+	struct pma_region *r;
+
+	unlink(path);
+	double t0 = tool_now();
+	int ret = pma_region_open(path, size, PMA_REGION_CREATE |
+			(one_thread ? PMA_REGION_NO_PREFAULT : 0), &r);
+	if (ret) {
+		fprintf(stderr, "pmck-bench: region %s: %s\n", path, pmck_errormsg());
+		return ret;
+	}
+	if (one_thread)
+		madvise(pma_region_addr(r), pma_region_size(r), 23 /* MADV_POPULATE_WRITE */);
+	*secs = tool_now() - t0;
+	pma_region_close(&r);
+	unlink(path);
+	return 0;
 }
 
 /* --------------------------------------------------------------- layout */
@@ -514,6 +545,7 @@ main(int argc, char **argv)
 	char store_path[PATH_MAX], nt_path[PATH_MAX], obj_path[PATH_MAX], disk_path[PATH_MAX];
 	char made_dir[PATH_MAX] = "";
 	struct timing t_nt = {0}, t_ck = {0}, t_rec = {0}, t_obj = {0}, t_disk = {0};
+	struct timing t_open = {0}, t_open1 = {0};
 
 	snprintf(store_path, sizeof(store_path), "%s/pmck-bench-%d.store", dir, (int)getpid());
 	snprintf(nt_path, sizeof(nt_path), "%s/pmck-bench-%d.ntcopy", dir, (int)getpid());
@@ -634,9 +666,25 @@ main(int argc, char **argv)
 		printf("# warning: disk-dir is in memory; write_fsync is not a disk baseline\n");
 	fflush(stdout);
 
+	/* ----------------------------------- region open, prefaulted, alternated */
+	track(1, nt_path);
+	t_open.t = calloc(reps, sizeof(double));
+	t_open1.t = calloc(reps, sizeof(double));
+	if (!t_open.t || !t_open1.t) {
+		fprintf(stderr, "pmck-bench: out of memory\n");
+		goto out;
+	}
+	for (unsigned k = 0; k < reps; k++)
+		for (int one = 0; one < 2; one++) {
+			struct timing *tm = (one ^ (k & 1)) ? &t_open1 : &t_open;
+			if (region_open_seconds(nt_path, pma_region_size(sr), tm == &t_open1,
+						&tm->t[tm->n]))
+				goto out;
+			tm->n++;
+		}
+
 	/* ------------------------------------- ntcopy and commit, interleaved */
 	unlink(nt_path);
-	track(1, nt_path);
 	if ((ret = pma_region_open(nt_path, pma_region_size(sr), PMA_REGION_CREATE, &nr))) {
 		fprintf(stderr, "pmck-bench: ntcopy region %s: %s\n", nt_path, pmck_errormsg());
 		goto out;
@@ -741,6 +789,9 @@ main(int argc, char **argv)
 	report_times("recover", &t_rec, m_rec);
 	report_times("pmemobj_tx", &t_obj, m_obj);
 	report_times("write_fsync", &t_disk, m_disk);
+	double m_open = median(&t_open), m_open1 = median(&t_open1);
+	report_times("region_open", &t_open, m_open);
+	report_times("region_open_1thread", &t_open1, m_open1);
 	double nt = (double)data_size / m_nt / GB, ck = (double)tbytes / m_ck / GB;
 	double rcv = (double)tbytes / m_rec / GB, obj = (double)data_size / m_obj / GB;
 	double disk = (double)tbytes / m_disk / GB;
@@ -749,7 +800,10 @@ main(int argc, char **argv)
 	printf("bench: recover_tput %.2f GB/s\n", rcv);
 	printf("bench: pmemobj_tx_tput %.2f GB/s\n", obj);
 	printf("bench: write_fsync_tput %.2f GB/s\n", disk);
+	printf("bench: region_open_ms %.1f ms\n", m_open * 1e3);
+	printf("bench: region_open_one_thread_populate_ms %.1f ms\n", m_open1 * 1e3);
 	printf("ratio: commit_tput_vs_ntcopy %.3f\n", ck / nt);
+	printf("ratio: region_open_time_vs_one_thread_populate %.3f\n", m_open / m_open1);
 	printf("ratio: commit_tput_vs_pmemobj_tx %.2f\n", ck / obj);
 	printf("ratio: commit_tput_vs_write_fsync %.2f\n", ck / disk);
 	printf("# goal: commit_tput_vs_ntcopy >= 0.9: %s\n", ck / nt >= 0.9 ? "met" : "NOT met");
@@ -775,6 +829,8 @@ out:
 	free(t_rec.t);
 	free(t_obj.t);
 	free(t_disk.t);
+	free(t_open.t);
+	free(t_open1.t);
 	free_layout(&lay);
 	return rc;
 }

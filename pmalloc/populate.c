@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * populate.c -- populating the page tables of a mapping on a few threads
+ * (see populate.h).  Faults on different ranges of one mapping are taken in
+ * parallel: a 1 GiB tmpfs region whose pages fallocate had allocated took
+ * 0.24 s on one thread of the 2-core dev VM and 0.12-0.13 s on two.  A
+ * large region on a many-core node gains more (a 10 GB store's open).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cpus.h"
+#include "populate.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define POPULATE_MAX_THREADS 8
+#define POPULATE_MIN_PIECE ((size_t)64 << 20) /* below: not worth a thread */
+#define POPULATE_ALIGN ((size_t)2 << 20)      /* pieces start on huge-page boundaries */
+
+struct populate_piece {
+	char *addr;
+	size_t len;
+	int write;
+};
+
+static void *
+populate_piece(void *arg)
+{
+	const struct populate_piece *p = arg;
+
+	if (madvise(p->addr, p->len, p->write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+		return NULL;
+	/*
+	 * Only a kernel without the advice (before 5.14: EINVAL) gets the
+	 * fallback, a no-op atomic write per page that faults it in writable;
+	 * reads fault anyway.  Another error (no space behind a sparse file:
+	 * EFAULT) is left to the writes that need the pages, not provoked here.
+	 */
+	if (errno != EINVAL || !p->write)
+		return NULL;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	for (size_t off = 0; off < p->len; off += page)
+		__atomic_fetch_add(p->addr + off, 0, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+void
+pma__populate(void *addr, size_t len, int write)
+{
+	struct populate_piece piece[POPULATE_MAX_THREADS];
+	pthread_t tid[POPULATE_MAX_THREADS];
+	int started[POPULATE_MAX_THREADS] = {0};
+	size_t n = len / POPULATE_MIN_PIECE;
+	unsigned cpus = usable_cpus();
+
+	if (n > cpus)
+		n = cpus;
+	if (n > POPULATE_MAX_THREADS)
+		n = POPULATE_MAX_THREADS;
+	if (n <= 1) {
+		populate_piece(&(struct populate_piece){addr, len, write});
+		return;
+	}
+	/* n contiguous pieces, each boundary rounded up to POPULATE_ALIGN from addr */
+	size_t per = (len / n + POPULATE_ALIGN - 1) & ~(POPULATE_ALIGN - 1);
+	size_t off = 0;
+	unsigned k = 0;
+	for (; k < n && off < len; k++, off += per)
+		piece[k] = (struct populate_piece){(char *)addr + off, len - off < per ? len - off : per,
+						   write};
+	/* piece 0 on this thread; a piece whose thread cannot start, too */
+	for (unsigned i = 1; i < k; i++)
+		started[i] = pthread_create(&tid[i], NULL, populate_piece, &piece[i]) == 0;
+	populate_piece(&piece[0]);
+	for (unsigned i = 1; i < k; i++) {
+		if (started[i])
+			pthread_join(tid[i], NULL);
+		else
+			populate_piece(&piece[i]);
+	}
+}
