@@ -102,11 +102,11 @@ class Copier:
         """Does every queued copy and returns when all are done: the CUDA ones are
         issued first, so that they cross PCIe while the host copies run."""
         dev_jobs, self.device_jobs = self.device_jobs, []
-        for dst, src in dev_jobs:
-            dst.copy_(src, non_blocking=True)
         try:
+            for dst, src in dev_jobs:
+                dst.copy_(src, non_blocking=True)
             self._run_host()
-        finally:
+        finally:  # also when a copy was refused or interrupted: none left reading the region
             for d in {dst.device for dst, _ in dev_jobs}:
                 _torch().cuda.current_stream(d).synchronize()  # the region may change after
 

@@ -58,6 +58,14 @@ def _u8_view(addr, nbytes):
     return torch.frombuffer(buf, dtype=torch.uint8)
 
 
+def _same_cuda_device(a, b):
+    """Whether torch devices a and b name the same CUDA device (no index: the current one)."""
+    if a.type != "cuda" or b.type != "cuda":
+        return False
+    return (torch.cuda.current_device() if a.index is None else a.index) == \
+        (torch.cuda.current_device() if b.index is None else b.index)
+
+
 def copy_into(dst, src, copier, fresh=False):
     """dst[...] = src, where src views the region.  When dst's memory, in
     order, is exactly src's bytes (dense tensor, same strides) the copy is
@@ -81,6 +89,7 @@ _RECOVER_INTO = _lib.optional("pmck_store_recover_into")
 _EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
 _EARLY_OWN = 1 << 20   # a new tensor this large takes its bytes in a copy of its own
+_EARLY_ALIGN = 256     # each run in the scratch buffer starts where a CUDA allocation would
 
 
 class _EarlyCopies:
@@ -150,13 +159,15 @@ class _EarlyCopies:
             return
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+        # views of the scratch buffer too: a load that raised after take() keeps none alive
         self.scratch = self.placed = None
+        self._dst, self._src = [], []
 
 
 class _Recovery:
     """The load path of a Store."""
 
-    def _start_early_copies(self, targets, made=False):
+    def _start_early_copies(self, targets, made=False, newest=None):
         """For a load onto a GPU: starts copying tensors' bytes out of the newest
         sealed slot, unverified, so that they cross PCIe while recovery verifies
         the slot (_EarlyCopies).  targets: into='s tensors, {name: tensor}; or
@@ -166,9 +177,11 @@ class _Recovery:
         be copied twice on the host), tensors on several devices, a region not
         registered with CUDA (a copy from it would not be asynchronous), a
         group's recovery (it may choose another step), less than _EARLY_MIN
-        bytes, too little free device memory for into='s scratch buffer (for
-        new tensors: the small ones are then left to the load, the others still
-        cross early).  Store._early_load "always" takes host tensors too
+        bytes, too little free device memory for into='s scratch buffer beside
+        what the load still makes on that device while it lives (for new
+        tensors: the small ones are then left to the load, the others still
+        cross early).  newest: a callable giving _newest_tensors() of the load,
+        for those bytes.  Store._early_load "always" takes host tensors too
         (tests), "never" none."""
         mode = self._early_load
         if mode == "never" or not targets or _SLOT_DATA is None or self._coll is not None:
@@ -209,15 +222,15 @@ class _Recovery:
         own = [r for r in rows if made and r[1] >= _EARLY_OWN]
         rows = sorted((r for r in rows if not made or r[1] < _EARLY_OWN), key=lambda r: r[0])
         gap = min(_EARLY_GAP, _EARLY_OWN - 1) if made else _EARLY_GAP
-        runs, at, size = [], {}, 0  # runs: [first address, end address, offset in scratch]
+        runs, at = [], {}  # runs: [first address, end address, offset in scratch]
         for addr, n, name, *_ in rows:
             if runs and addr - runs[-1][1] <= gap:
                 runs[-1][1] = max(runs[-1][1], addr + n)
             else:
-                size += runs[-1][1] - runs[-1][0] if runs else 0
-                runs.append([addr, addr + n, size])
+                end = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
+                runs.append([addr, addr + n, -(-end // _EARLY_ALIGN) * _EARLY_ALIGN])
             at[name] = runs[-1][2] + addr - runs[-1][0]
-        size += runs[-1][1] - runs[-1][0] if runs else 0
+        size = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
         scratch, placed = None, {}
         try:
             # The large new tensors first: the load makes them anyway.  Then the scratch
@@ -227,7 +240,12 @@ class _Recovery:
             if size and dev.type == "cuda" and mode == "auto":
                 free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
                 made_small = sum(r[1] for r in rows if r[3] is None)
-                if size + made_small > free - free // 8:  # the training's memory comes first
+                # what the load then makes on dev while the scratch buffer lives: tensors
+                # into= lacks, or (made) those not copied early
+                kept = set(targets) if not made else {r[2] for r in own + rows}
+                later = sum(n for name, _, d, _, n, _, _ in (newest() if newest else None) or ()
+                            if name not in kept and _same_cuda_device(d, dev))
+                if size + made_small + later > free - free // 8:  # the training's memory first
                     rows, runs, size = [], [], 0  # the small new tensors: after verification
                     if sum(r[1] for r in own) < _EARLY_MIN:
                         return None
@@ -239,11 +257,17 @@ class _Recovery:
                 placed[name] = (t, at[name], n)
         except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
-        for first, end, off in runs:
-            scratch[off:off + end - first].copy_(_u8_view(first, end - first), non_blocking=True)
-        for addr, n, name, *_ in own:
-            placed[name][0].view(-1).view(torch.uint8).copy_(_u8_view(addr, n),
-                                                             non_blocking=True)
+        try:
+            for first, end, off in runs:
+                scratch[off:off + end - first].copy_(_u8_view(first, end - first),
+                                                     non_blocking=True)
+            for addr, n, name, *_ in own:
+                placed[name][0].view(-1).view(torch.uint8).copy_(_u8_view(addr, n),
+                                                                 non_blocking=True)
+        except BaseException:  # a copy refused, an interrupt: none left reading the region
+            if dev.type == "cuda":
+                torch.cuda.current_stream(dev).synchronize()
+            raise
         return _EarlyCopies(k, step, dev, scratch, placed, made)
 
     def _newest_sealed_slot(self):

@@ -328,18 +328,19 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 fl = Flattener(self._memo)
                 fl.encode(into)
                 targets = {e.name: e.tensor for e in fl.entries}
-            early = newest = None
+            early = None
+            # the newest sealed slot's tensors, from its unverified metadata: read once, if needed
+            newest = functools.cache(lambda: self._newest_tensors(map_location))
             if step is not None:
                 if self._coll is not None:
                     raise ValueError("load(step=) is not for a store with a group: load() "
                                      "brings every rank to the newest global step")
                 self._recover_step(int(step))
-            elif into is not None:
-                early = self._start_early_copies(targets)  # crossing while recovery verifies
+            elif into is not None:  # crossing while recovery verifies
+                early = self._start_early_copies(targets, newest=newest)
             else:  # into new tensors: those for a GPU cross while recovery verifies
-                newest = functools.cache(lambda: self._newest_tensors(map_location))
                 early = self._start_early_copies(self._made_for_load(map_location, newest),
-                                                 made=True)
+                                                 made=True, newest=newest)
             try:
                 return self._load_recovered(early, step, targets, into, map_location, newest)
             finally:

@@ -6,7 +6,8 @@ on the GPU with save_async and the optimizer hook; the stream contract
 on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
 tensors; device hashing (PMCK_GPU_HASH=device) through the same tests;
-snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training.
+snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training;
+loads whose copies cross while the slot is verified.
 Skipped, with the reason, where torch sees no GPU or this libpmckpt cannot
 use one."""
 import os
@@ -328,6 +329,75 @@ def device_hashing(fn, *args):
             os.environ["PMCK_GPU_HASH"] = before
 
 
+def test_early_load_memory():
+    """The early copies' free-memory check (_recovery.cuda_memory_free made to
+    say how much is free): load(into=) of part of a state counts, beside its
+    scratch buffer, the tensors the load then makes on the device (none early
+    where they do not fit: 48 MiB seen free for 32 + 32 MiB); with room for
+    both, early.  load() into new tensors with too little room for the scratch
+    buffer: the large tensors still cross early, the small ones after the
+    verification.  Every result bit-exact."""
+    from pmckpt import _recovery
+    g = torch.Generator(device=dev).manual_seed(5)
+    st = {f"w{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)}
+    st.update({f"o{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)})
+    st.update({f"b{i}": torch.randn(1000, device=dev, generator=g) for i in range(8)})
+    st["step"] = 2
+    want = clone(st)
+    saved_twice("gpu-early-mem", st)
+    real = _recovery.cuda_memory_free
+    mib = 1 << 20
+    try:
+        for seen_free, early in ((48 * mib * 8 // 7, False), (66 * mib * 8 // 7, True)):
+            _recovery.cuda_memory_free = lambda d, f=seen_free: (f, 0)
+            into = {k: torch.zeros_like(v) for k, v in st.items() if k[0] == "w"}
+            with pmckpt.Store(name="gpu-early-mem", ramdisk=D) as s:
+                out = s.load(into=into)
+                rec = s.last_recovery
+            if bool(rec.get("early_bytes")) != early:
+                return (f"into= of 32 MiB, 32 MiB more made, {seen_free >> 20} MiB seen free: "
+                        f"early copies {'wanted' if early else 'not wanted'}: {rec}")
+            r = same(want, out)
+            if r:
+                return r
+        _recovery.cuda_memory_free = lambda d: (0, 0)
+        with pmckpt.Store(name="gpu-early-mem", ramdisk=D) as s:
+            out = s.load()
+            rec = s.last_recovery
+        large = 16 * 4 * mib
+        if rec.get("early_bytes") != large:
+            return f"new tensors, no room for the scratch buffer: {rec}, wanted {large} early"
+        return same(want, out)
+    finally:
+        _recovery.cuda_memory_free = real
+
+
+def test_early_load_side_stream():
+    """load(into=) and load() into new tensors with a side stream current (the
+    copies go on it, the load waits for it): bit-exact, early copies taken."""
+    g = torch.Generator(device=dev).manual_seed(6)
+    st = {f"w{i}": torch.randn(1 << 20, device=dev, generator=g) for i in range(8)}
+    st.update({f"b{i}": torch.randn(1000, device=dev, generator=g) for i in range(8)})
+    st["step"] = 2
+    want = clone(st)
+    saved_twice("gpu-early-side", st)
+    side = torch.cuda.Stream(dev)
+    for into in (clone(st), None):
+        if into is not None:
+            for t in into.values():
+                if isinstance(t, torch.Tensor):
+                    t.zero_()
+        torch.cuda.synchronize()
+        with pmckpt.Store(name="gpu-early-side", ramdisk=D) as s, torch.cuda.stream(side):
+            out = s.load(into=into) if into is not None else s.load()
+            rec = s.last_recovery
+        if not rec.get("early_bytes"):
+            return f"{'into=' if into is not None else 'new tensors'}: no early copies: {rec}"
+        r = same(want, out)
+        if r:
+            return f"{'into=' if into is not None else 'new tensors'}: {r}"
+
+
 for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
@@ -339,6 +409,11 @@ for src in ("direct", "kernel", "snapshot"):
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("load() into new CUDA tensors: copies overlapped with verification, bit-exact",
       test_early_load_made)
+T.run("early copies and free device memory: what the load makes beside the scratch buffer "
+      "counted; too little room, the small new tensors after verification; bit-exact",
+      test_early_load_memory)
+T.run("load(into=) and load() of CUDA tensors with a side stream current: bit-exact",
+      test_early_load_side_stream)
 T.run("training on the GPU with save_async + hook_optimizer: each checkpoint equals its state",
       test_train_async)
 for src in SOURCES:

@@ -738,6 +738,28 @@ def test_early_load():
         if r:
             return f"early copies: {r}"
     T.diag(f"step {rec['step']}: {rec['early_bytes']} bytes copied before verification")
+    # a load that raises after it took tensors (into='s last one of another shape): its
+    # _EarlyCopies keeps no view of the scratch buffer, which the error would hold alive
+    seen = []
+
+    class Seen(_recovery._EarlyCopies):
+        def __init__(self, *args):
+            super().__init__(*args)
+            seen.append(self)
+    keep, _recovery._EarlyCopies = _recovery._EarlyCopies, Seen
+    try:
+        into = zeroed(st2)
+        into["model"]["2.bias"] = torch.zeros(3)
+        load(into)
+        return "into= with a tensor of another shape loaded"
+    except pmckpt.LayoutError as e:
+        err = e
+    finally:
+        _recovery._EarlyCopies = keep
+    if not seen or seen[-1].nbytes == 0:
+        return f"the failing load took no early tensor before its error ({err})"
+    if seen[-1]._src or seen[-1]._dst or seen[-1].scratch is not None:
+        return "a failed load's early copies keep views of their scratch buffer"
     with pmckpt.Store(name="early", ramdisk=D) as s2:
         out = s2.load(into=zeroed(st2))
         if "early_bytes" in s2.last_recovery:
@@ -909,11 +931,12 @@ def test_host_load_leaves_cuda_alone():
     """A save and a load of host tensors never ask torch about CUDA (which
     initialises it: a forked child could then not use it)."""
     sd = train_state(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1))
-    real = torch.cuda.is_available, torch.cuda.is_initialized
+    real = torch.cuda.is_available, torch.cuda.is_initialized, torch.cuda._lazy_init
 
     def asked():
         raise AssertionError("torch.cuda asked")
-    torch.cuda.is_available = torch.cuda.is_initialized = asked
+    # _lazy_init: what any call that needs CUDA initialised goes through
+    torch.cuda.is_available = torch.cuda.is_initialized = torch.cuda._lazy_init = asked
     try:
         with pmckpt.Store(name="hostonly", ramdisk=D) as s:
             s.save(sd, 1)
@@ -923,7 +946,7 @@ def test_host_load_leaves_cuda_alone():
     except AssertionError as e:
         return str(e)
     finally:
-        torch.cuda.is_available, torch.cuda.is_initialized = real
+        torch.cuda.is_available, torch.cuda.is_initialized, torch.cuda._lazy_init = real
     return same(sd, out)
 
 
