@@ -23,6 +23,10 @@ stores are Store(name=f"bench-r{rank}", ramdisk=DIR, shared_dir=DIR/shared).
       (Shard(1)): every rank needs a piece of every saved rank's chunk, read
       by pmckpt from its own store and the other ranks' copy-out files, by
       DCP from the checkpoint directory.
+  group reshard: the same load with Store(group=True) stores (a save of
+      their own first), each copy-out file's checksums checked by one of the
+      ranks that read it, against every rank checking each file it reads
+      (alternated): ratio dcp_reshard_shared_checks_vs_each_rank.
 Figures are medians over --reps repetitions, timed on rank 0 between
 barriers.  The machine may be shared: expect noise."""
 import argparse
@@ -164,6 +168,20 @@ def worker(args, rank, rdzv):
         for p in (fsdir, os.path.join(base, f"fsa-{rep}")):
             if rank == 0:
                 shutil.rmtree(p, ignore_errors=True)
+    # Store(group=True): the copy-out files' checks shared by their readers, or not
+    gstore = pmckpt.Store(name="benchg", ramdisk=os.path.join(base, "ram"),
+                          shared_dir=os.path.join(base, "sharedg"), group=True, keep=2)
+    dcp.save(src, storage_writer=pmckpt.dcp.StorageWriter(gstore), checkpoint_id=5)
+    gstore.wait_copyout()
+    fig["group_shared"], fig["group_each"] = [], []
+    for rep in range(args.reps + 1):
+        for shared in ((True, False) if rep % 2 else (False, True)):
+            reader = pmckpt.dcp.StorageReader(gstore, step=5)
+            reader._share_checks = shared
+            dst = state(97, 1)
+            t, _ = timed(lambda: dcp.load(dst, storage_reader=reader))
+            fig["group_shared" if shared else "group_each"].append(t)
+    gstore.close()
     if rank == 0:
         med = {k: statistics.median(v[1:] if k != "compute" else v[3:]) for k, v in fig.items()}
         mb = args.size
@@ -178,6 +196,8 @@ def worker(args, rank, rdzv):
               f"{med['pm_stall'] / med['fs_stall']:.3f}")
         print(f"ratio: dcp_reshard_load_time_vs_dcp_fs "
               f"{med['pm_reshard'] / med['fs_reshard']:.3f}", flush=True)
+        print(f"ratio: dcp_reshard_shared_checks_vs_each_rank "
+              f"{med['group_shared'] / med['group_each']:.3f}", flush=True)
     store.close()
     dist.destroy_process_group()
 

@@ -60,7 +60,7 @@ from ._copy import Copier
 from ._dcp_sources import (FileSource, LocalSource, complete_steps, missing, payload_of,
                            shared_file)
 from ._pipeline import gc_paused
-from .errors import Error, NoCheckpointError
+from .errors import CorruptError, Error, NoCheckpointError
 from .store import Store, copy_into
 
 __all__ = ["StorageWriter", "ZeroCopyStorageWriter", "StorageReader"]
@@ -485,7 +485,12 @@ class StorageReader(_storage.StorageReader):
     """Reads a DCP checkpoint saved through StorageWriter, on any number of ranks.
 
     step: the step to load (or checkpoint_id=); default: see the module's doc.
-    verify_files: check a copy-out file's checksums before reading from it."""
+    verify_files: check a copy-out file's checksums before reading from it.
+    With Store(group=...), each file a load reads is checked by one of the
+    ranks that read it, for all of them (_share_file_checks)."""
+
+    _share_checks = True  # with a group (bench_dcp_ranks.py turns it off for its baseline)
+    _SHARE_MIN = 64 << 20  # bytes of files others read too that a rank would check alone
 
     def __init__(self, store, step=None, verify_files=True):
         super().__init__()
@@ -497,6 +502,7 @@ class StorageReader(_storage.StorageReader):
         self._local = None
         self._files = {}
         self._chunks = {}
+        self._checked = {}  # saved rank -> (group rank that checked its file, error or None)
 
     def reset(self, checkpoint_id=None):
         step = _step_of(checkpoint_id)
@@ -510,6 +516,7 @@ class StorageReader(_storage.StorageReader):
             if f is not None:
                 f.close()
         self._files = {}
+        self._checked = {}
         self._local = None
 
     # -------------------------------------------------- choosing the step
@@ -570,14 +577,73 @@ class StorageReader(_storage.StorageReader):
         return step, None
 
     def _file(self, step, rank):
-        """The copy-out file of `rank` at `step` (verified once), or None if it does not exist."""
+        """The copy-out file of `rank` at `step` (verified once: here, or for this load
+        by another rank of the group), or None if it does not exist."""
         k = (step, rank)
         if k not in self._files:
             sd = self.store.shared_dir
             path = shared_file(sd, step, rank) if sd else None
-            self._files[k] = FileSource(path, self.verify_files) if path and \
+            by = self._checked.get(rank) if step == self.step else None
+            if by is not None and by[1] is not None:
+                raise CorruptError(f"{by[1]} (checked for this load by rank {by[0]} of the "
+                                   "group)")
+            self._files[k] = FileSource(path, self.verify_files and by is None) if path and \
                 _exists(path) else None
         return self._files[k]
+
+    def _share_file_checks(self, plan):
+        """With Store(group=...): each copy-out file that ranks of the group are about
+        to read (checked, verify_files) is checked by one of them for all: the one
+        that has checked the fewest so far, lowest rank first.  A load that reshards
+        reads a piece of every saved rank's file on every rank: N ranks hashed N
+        files each, now one each.  A file found damaged fails the load on every
+        rank that reads it, naming the rank that checked it; one the checking rank
+        cannot open for another reason is left to each reader to check.  The files
+        are a complete step's, renamed into place whole and not written again.
+        Collective: DCP calls read_data on every rank.  Without a group each rank
+        checks what it reads (no group of the store's own to agree in: DCP's may be
+        another).  Where no rank would check _SHARE_MIN bytes of files others read too,
+        each checks its own: a second collective costs more than that."""
+        import os
+        coll = self.store._coll
+        need, why = {}, None  # saved rank -> its file's size
+        try:
+            local, sd = self._local, self.store.shared_dir
+            for req in plan.items:
+                rank, key = self._where(req.storage_index)
+                if (local is not None and local.rank == rank and local.has(key)) or \
+                        (self.step, rank) in self._files or rank in need:
+                    continue
+                try:
+                    need[rank] = os.stat(shared_file(sd, self.step, rank)).st_size
+                except OSError:  # not there (or not for this rank): its reader will say so
+                    pass
+        except Exception as e:  # noqa: BLE001 -- raised after the collective: none left waiting
+            why = e
+        needs = coll.allgather_object(need)
+        size = {f: n for nd in needs for f, n in nd.items()}
+        shared = sorted(f for f in size if sum(f in nd for nd in needs) > 1)
+        if max((sum(size[f] for f in shared if f in nd) for nd in needs), default=0) < \
+                self._SHARE_MIN:
+            shared = []
+        if shared:  # a file only one rank reads is checked by that rank, as without a group
+            counts, mine = [0] * len(needs), {}
+            for f in shared:
+                r = min((r for r, n in enumerate(needs) if f in n), key=lambda r: (counts[r], r))
+                counts[r] += 1
+                if r == coll.rank and why is None:
+                    try:
+                        self._file(self.step, f)
+                        mine[f] = None
+                    except CorruptError as e:  # the file's fault: every reader's error
+                        mine[f] = str(e)
+                    except Exception:  # noqa: BLE001 -- this rank's (it raises it when it reads)
+                        pass
+            for r, res in enumerate(coll.allgather_object(mine)):
+                for f, err in res.items():
+                    self._checked.setdefault(f, (r, err))
+        if why is not None:
+            raise why
 
     # The collector paused in the reader's calls, as in the writer's: unpickling the
     # metadata and reading 1172 small tensors make thousands of objects, and 40 dcp.load
@@ -687,6 +753,9 @@ class StorageReader(_storage.StorageReader):
         copier = Copier()
         done = []
         with self.store._lock:
+            if self.verify_files and self.store._coll is not None and self.store.shared_dir \
+                    and self._share_checks:
+                self._share_file_checks(plan)
             for req in plan.items:
                 rank, key = self._where(req.storage_index)
                 is_bytes = req.type == LoadItemType.BYTE_IO

@@ -146,6 +146,12 @@ class TorchCollectives:
         dist.all_reduce(t, op=self._op(op), group=self.group)
         return int(t.item()) + _BIAS
 
+    def allgather_object(self, obj):
+        """Every group rank's obj, in group rank order (pickled: for small things)."""
+        out = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
     def broadcast_object(self, obj, root):
         """Group rank `root`'s obj, on every rank (pickled: for small things)."""
         box = [obj]

@@ -19,6 +19,11 @@ has Store(name=f"job-r{rank}", ramdisk=..., shared_dir=...).
     in one process: full tensors bit-exact, and one more step afterwards
     equals an uninterrupted run;
   - data that is nowhere: a clear error naming rank, step and item;
+  - Store(group=True) on 4 ranks, each loading the whole weight (the 3
+    other ranks' copy-out files): bit-exact, each file's checksums checked
+    by one rank for the group (each rank its own below the size worth it);
+    a damaged file fails the load, named, on the ranks that did not check
+    it too;
   - kill: 2 ranks with Store(group=True) async_save in a loop, one is
     killed with SIGKILL; after the restart dcp.load brings both to the same
     step, bit-exact, never older than the last global step.
@@ -287,6 +292,27 @@ def worker(mode, d, rank, world, rdzv, args):
             why = fsdp_diff(again, fsdp_flat(*get_state_dict(model2, opt2)))
             why = None if why is None else f"after one more step: {why}"
         out(f"fsdp {'ok' if why is None else 'BAD ' + why}")
+    elif mode == "share":  # Store(group=True): each rank reads the others' files, checked once
+        from pmckpt import _dcp_sources
+        checked, real = [], _dcp_sources.verify
+        _dcp_sources.verify = lambda path: (checked.append(os.path.basename(path)), real(path))[1]
+        if args[1] != "default":  # these files are tiny: below the size worth sharing
+            pmckpt.dcp.StorageReader._SHARE_MIN = int(args[1])
+        s = pmckpt.Store(name="share", ramdisk=ram, shared_dir=shared, group=True)
+        if args[0] == "save":
+            dcp.save(sharded(mesh, 11), storage_writer=pmckpt.dcp.StorageWriter(s),
+                     checkpoint_id=11)
+            s.wait_copyout()
+        # plain tensors: every rank reads the whole weight, a piece of every rank's
+        state = {"model": {"w": torch.zeros(ROWS, COLS),
+                           "b": torch.zeros(COLS, dtype=torch.bfloat16)}, "n": 0}
+        try:
+            dcp.load(state, storage_reader=pmckpt.dcp.StorageReader(s))
+            why = check(state, 11)
+        except BaseException as e:  # DCP wraps failures in CheckpointException
+            why = f"error {str(e)!r}"
+        out(f"checked {','.join(checked) or '-'} share {'ok' if why is None else 'BAD ' + why}")
+        s.close()
     elif mode == "load":  # another number of ranks: stores job-rR where they exist
         step = int(args[0])
         s = pmckpt.Store(name=f"job-r{rank}", ramdisk=ram, shared_dir=shared)
@@ -418,6 +444,31 @@ def main():
     T.ok("error" in text and "rank 1" in text and "step 7" in text and "w@4" in text,
          "rank 1's data of step 7 nowhere: the error names rank, step and item", text)
     T.diag(text.strip()[:300])
+
+    # Store(group=True), 4 ranks: each copy-out file checked by one rank for all its readers
+    def checks(text):
+        return sorted(f for l in text.splitlines() if l.startswith("rank ") and " checked " in l
+                      for f in l.split()[3].split(",") if f != "-")
+    files = [f"rank-{r:05d}.safetensors" for r in range(4)]
+    text = output(launch("share", 4, "save", 0))
+    T.ok(oks(text, "share", 4) and checks(text) == files,
+         "Store(group=True), 4 ranks each loading the whole weight (the 3 other ranks' "
+         "copy-out files): bit-exact, each file checked by one rank (4 checks, not 12)", text)
+    text = output(launch("share", 4, "load", "default"))
+    T.ok(oks(text, "share", 4) and checks(text) == sorted(files * 3),
+         "the same with files below the size worth a collective: each rank checks the 3 it "
+         "reads", text)
+    from common import flip
+    from pmckpt.safetensors import _header_bytes, read_header
+    damaged = os.path.join(d, "shared", "step-000000000011", "rank-00002.safetensors")
+    a, b = max((e["data_offsets"] for k, e in read_header(damaged).items()
+                if k != "__metadata__"), key=lambda o: o[1] - o[0])  # its largest tensor
+    flip(damaged, 8 + len(_header_bytes(damaged)) + (a + b) // 2)
+    text = output(launch("share", 4, "load", 0))
+    T.ok(not oks(text, "share", 1) and "rank-00002.safetensors" in text and
+         "checked for this load by rank" in text,
+         "4 ranks, rank 2's file damaged: the load fails, naming the file, on the ranks that "
+         "did not check it too", text)
 
     # kill one rank during dcp.async_save (Store(group=True)); restart: one step, bit-exact
     from ranks import Ranks
