@@ -487,7 +487,8 @@ class StorageReader(_storage.StorageReader):
     step: the step to load (or checkpoint_id=); default: see the module's doc.
     verify_files: check a copy-out file's checksums before reading from it.
     With Store(group=...), each file a load reads is checked by one of the
-    ranks that read it, for all of them (_share_file_checks)."""
+    ranks that read it, for all of them (_share_file_checks): give every rank
+    the same verify_files then (a collective depends on it)."""
 
     _share_checks = True  # with a group (bench_dcp_ranks.py turns it off for its baseline)
     _SHARE_MIN = 64 << 20  # bytes of files others read too that a rank would check alone
