@@ -64,6 +64,21 @@ ok(int cond, const char *fmt, ...)
 	return cond;
 }
 
+/* skip -- one test this machine cannot run: "ok N # SKIP reason" (not a failure). */
+static inline void
+skip(const char *fmt, ...)
+{
+	va_list ap;
+
+	tap_run++;
+	printf("ok %d # SKIP ", tap_run);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
 #define is_int(got, want, ...)                                                   \
 	do {                                                                     \
 		long long got_ = (long long)(got), want_ = (long long)(want);    \

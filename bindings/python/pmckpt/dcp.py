@@ -491,7 +491,7 @@ class StorageReader(_storage.StorageReader):
     the same verify_files then (a collective depends on it)."""
 
     _share_checks = True  # with a group (bench_dcp_ranks.py turns it off for its baseline)
-    _SHARE_MIN = 64 << 20  # bytes of files others read too that a rank would check alone
+    _SHARE_MIN = 64 << 20  # bytes of files others read too that the busiest such rank reads
 
     def __init__(self, store, step=None, verify_files=True):
         super().__init__()
@@ -529,9 +529,11 @@ class StorageReader(_storage.StorageReader):
         with s._lock:
             if s._h is None:
                 s._h = s._open_existing()
+            if s._h is None and s._coll is None:
+                return None
+            s._recover()  # a group's: collective, and it makes a lost store from its shared file
             if s._h is None:
                 return None
-            s._recover()
             doc, binary = s._read_blob()
         return LocalSource(s, doc, payload_of(doc, binary, f"store '{s.name}'"))
 
@@ -559,8 +561,9 @@ class StorageReader(_storage.StorageReader):
         with s._lock:
             if s._h is None:
                 s._h = s._open_existing()
-            mine = s._h is not None or (s.shared_dir is not None and
-                                        newest_shared_file(s.shared_dir, s.rank) is not None)
+            # a file of this world size: another's is for resharding, below
+            mine = s._h is not None or (s.shared_dir is not None and newest_shared_file(
+                s.shared_dir, s.rank, s.world_size) is not None)
         if s._coll.allreduce(1 if mine else 0):
             local = self._open_local()  # collective: the group's recovery, one step everywhere
             if self._want is not None and self._want != local.step:
@@ -603,8 +606,8 @@ class StorageReader(_storage.StorageReader):
         are a complete step's, renamed into place whole and not written again.
         Collective: DCP calls read_data on every rank.  Without a group each rank
         checks what it reads (no group of the store's own to agree in: DCP's may be
-        another).  Where no rank would check _SHARE_MIN bytes of files others read too,
-        each checks its own: a second collective costs more than that."""
+        another).  Where no rank reads _SHARE_MIN bytes of files others read too, each
+        checks its own, without the second gather: it would cost more than it saves."""
         import os
         coll = self.store._coll
         need, why = {}, None  # saved rank -> its file's size
@@ -634,8 +637,8 @@ class StorageReader(_storage.StorageReader):
                 counts[r] += 1
                 if r == coll.rank and why is None:
                     try:
-                        self._file(self.step, f)
-                        mine[f] = None
+                        if self._file(self.step, f) is not None:  # gone meanwhile: not checked
+                            mine[f] = None
                     except CorruptError as e:  # the file's fault: every reader's error
                         mine[f] = str(e)
                     except Exception:  # noqa: BLE001 -- this rank's (it raises it when it reads)
@@ -663,7 +666,7 @@ class StorageReader(_storage.StorageReader):
         if local is not None:
             payload = local.payload
         else:
-            src = self._file(step, 0) or self._any_file(step)
+            src = self._metadata_file(step)
             if src is None:
                 raise NoCheckpointError(
                     f"DCP checkpoint of step {step}: not in store '{self.store.name}' (holds "
@@ -675,6 +678,37 @@ class StorageReader(_storage.StorageReader):
             md.storage_meta = StorageMeta()
         md.storage_meta.load_id = uuid.uuid4().hex
         return md
+
+    def _metadata_file(self, step):
+        """The copy-out file of `step` that the metadata is read from: rank 0's, else
+        any rank's; None if there is none.  With a group (read_metadata is collective
+        there) every rank reads it: group rank 0 checks it, once for all, and tells
+        the others which file it was (a damaged one fails every rank, naming it)."""
+        coll = self.store._coll
+        if coll is None or not self.verify_files:
+            return self._file(step, 0) or self._any_file(step)
+        told, mine = None, None  # told: (saved rank of the file checked, or None; error)
+        if coll.rank == 0:
+            try:
+                src = self._file(step, 0) or self._any_file(step)
+                told = (next((r for (st, r), f in self._files.items() if f is src and
+                              st == step), None) if src is not None else None, None)
+            except CorruptError as e:
+                told = (None, str(e))
+            except Exception as e:  # noqa: BLE001 -- rank 0's own: the others check for themselves
+                mine = e
+        told = coll.broadcast_object(told, 0)
+        if mine is not None:
+            raise mine
+        if told is None:
+            return self._file(step, 0) or self._any_file(step)
+        rank, err = told
+        if err is not None:
+            raise CorruptError(f"{err} (checked for this load by rank 0 of the group)")
+        if rank is None:
+            return None
+        self._checked[rank] = (0, None)
+        return self._file(step, rank)
 
     def _local_step(self):
         try:

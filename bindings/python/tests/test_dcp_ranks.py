@@ -298,7 +298,8 @@ def worker(mode, d, rank, world, rdzv, args):
         _dcp_sources.verify = lambda path: (checked.append(os.path.basename(path)), real(path))[1]
         if args[1] != "default":  # these files are tiny: below the size worth sharing
             pmckpt.dcp.StorageReader._SHARE_MIN = int(args[1])
-        s = pmckpt.Store(name="share", ramdisk=ram, shared_dir=shared, group=True)
+        s = pmckpt.Store(name=args[2] if len(args) > 2 else "share", ramdisk=ram,
+                         shared_dir=shared + "-share", group=True)  # this job's alone
         if args[0] == "save":
             dcp.save(sharded(mesh, 11), storage_writer=pmckpt.dcp.StorageWriter(s),
                      checkpoint_id=11)
@@ -460,15 +461,27 @@ def main():
          "reads", text)
     from common import flip
     from pmckpt.safetensors import _header_bytes, read_header
-    damaged = os.path.join(d, "shared", "step-000000000011", "rank-00002.safetensors")
+    damaged = os.path.join(d, "shared-share", "step-000000000011", "rank-00002.safetensors")
     a, b = max((e["data_offsets"] for k, e in read_header(damaged).items()
                 if k != "__metadata__"), key=lambda o: o[1] - o[0])  # its largest tensor
+    os.unlink(os.path.join(d, "ram", "pmckpt-share-rank1.pool"))
+    text = output(launch("share", 4, "load", 0))
+    T.ok(oks(text, "share", 4),
+         "Store(group=True), rank 1's store lost: the group's recovery makes it from its "
+         "copy-out file, every rank bit-exact", text)
+    text = output(launch("share", 2, "load", 0, "share2"))
+    T.ok(oks(text, "share", 2) and checks(text) == files,
+         "4 -> 2 ranks with Store(group=True) (no stores of that name): bit-exact, rank 0's "
+         "file checked once for the metadata, each other file once", text)
     flip(damaged, 8 + len(_header_bytes(damaged)) + (a + b) // 2)
     text = output(launch("share", 4, "load", 0))
-    T.ok(not oks(text, "share", 1) and "rank-00002.safetensors" in text and
-         "checked for this load by rank" in text,
-         "4 ranks, rank 2's file damaged: the load fails, naming the file, on the ranks that "
-         "did not check it too", text)
+    errors = [l.split(" share ", 1)[1] for l in text.splitlines()
+              if l.startswith("rank ") and " share BAD error" in l]
+    T.ok(oks(text, "share", 0) and len(errors) == 4 and
+         all("rank-00002.safetensors" in e for e in errors) and
+         any("checked for this load by rank" in e for e in errors),
+         "4 ranks, rank 2's file damaged: the load fails on every rank, naming the file, "
+         "also where another rank checked it", text)
 
     # kill one rank during dcp.async_save (Store(group=True)); restart: one step, bit-exact
     from ranks import Ranks
