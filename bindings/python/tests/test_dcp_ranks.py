@@ -23,7 +23,8 @@ has Store(name=f"job-r{rank}", ramdisk=..., shared_dir=...).
     other ranks' copy-out files): bit-exact, each file's checksums checked
     by one rank for the group (each rank its own below the size worth it);
     a damaged file fails the load, named, on the ranks that did not check
-    it too;
+    it too; a rank's store lost, its copy-out file kept: every rank loads;
+    4 -> 2 ranks with a group, the metadata file checked once;
   - kill: 2 ranks with Store(group=True) async_save in a loop, one is
     killed with SIGKILL; after the restart dcp.load brings both to the same
     step, bit-exact, never older than the last global step.
