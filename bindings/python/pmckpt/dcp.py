@@ -686,13 +686,11 @@ class StorageReader(_storage.StorageReader):
         the others which file it was (a damaged one fails every rank, naming it)."""
         coll = self.store._coll
         if coll is None or not self.verify_files:
-            return self._file(step, 0) or self._any_file(step)
+            return self._first_file(step)[1]
         told, mine = None, None  # told: (saved rank of the file checked, or None; error)
         if coll.rank == 0:
             try:
-                src = self._file(step, 0) or self._any_file(step)
-                told = (next((r for (st, r), f in self._files.items() if f is src and
-                              st == step), None) if src is not None else None, None)
+                told = (self._first_file(step)[0], None)
             except CorruptError as e:
                 told = (None, str(e))
             except Exception as e:  # noqa: BLE001 -- rank 0's own: the others check for themselves
@@ -701,7 +699,7 @@ class StorageReader(_storage.StorageReader):
         if mine is not None:
             raise mine
         if told is None:
-            return self._file(step, 0) or self._any_file(step)
+            return self._first_file(step)[1]
         rank, err = told
         if err is not None:
             raise CorruptError(f"{err} (checked for this load by rank 0 of the group)")
@@ -716,19 +714,24 @@ class StorageReader(_storage.StorageReader):
         except Error:
             return "nothing readable"
 
-    def _any_file(self, step):
+    def _first_file(self, step):
+        """(saved rank, its copy-out file) of `step`: rank 0's, else the lowest rank's
+        there is; (None, None) if there is none."""
         import os
+        if self._file(step, 0) is not None:
+            return 0, self._files[(step, 0)]
         d = os.path.join(self.store.shared_dir or "", f"step-{step:012d}")
         try:
             names = sorted(n for n in os.listdir(d) if n.startswith("rank-") and
                            n.endswith(".safetensors"))
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            return None, None
         for n in names:
-            src = self._file(step, int(n[5:-12]))
+            rank = int(n[5:-12])
+            src = self._file(step, rank)
             if src is not None:
-                return src
-        return None
+                return rank, src
+        return None, None
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
         with gc_paused():
