@@ -10,8 +10,9 @@ new set of ranks loads: every rank must get the same step, bit-exact
 against what that rank wrote for it, never older than the newest step any
 rank had logged as global (Store.global_step).  Then a replaced node (one
 rank's ramdisk file deleted: it loads its file from the shared directory,
-still the same step everywhere) and ranks with different layouts (a clear
-LayoutError on every rank, no hang).
+still the same step everywhere; once right after the kills, once after a step
+every rank copied out, which the others then load locally) and ranks with
+different layouts (a clear LayoutError on every rank, no hang).
 
 Usage: test_dist.py [TRIALS]  (default $PMCK_DIST_TRIALS or 6).
 Internally: test_dist.py --worker MODE DIR RANK RDZV."""
@@ -76,6 +77,13 @@ def worker(mode, d, rank, rdzv):
         print(f"rank {rank} step {step} tier {store.last_recovery['tier']} "
               f"{'ok' if why is None else 'BAD ' + why}", file=out, flush=True)
         store.close()
+    elif mode == "settle":
+        store.load()
+        step = store.step + 1
+        store.save(state_of(rank, step), step)
+        store.wait_copyout()  # rank 0's copy ends when every rank's file is in (COMPLETE)
+        print(f"rank {rank} saved {step}", file=out, flush=True)
+        store.close()
     elif mode == "mismatch":
         sd = state_of(rank, 1)
         if rank == 1:
@@ -131,12 +139,27 @@ def main():
     T.ok(bad == 0, f"{trials} kill trials: every rank recovered the same step, bit-exact, "
          "never older than the last global step")
 
-    # A replaced node: rank 1's ramdisk store is gone; its data comes from the shared directory.
-    os.unlink(os.path.join(d, "ramdisk", "pmckpt-dist-rank1.pool"))
+    # A replaced node: rank 1's ramdisk store is gone; its data comes from the shared
+    # directory.  Right after a kill, the step every rank can produce is the newest one
+    # rank 1's copy-out finished, which the other ranks may hold locally or, if recovery
+    # discarded the step they had begun over it, only in the shared directory too.
+    pool1 = os.path.join(d, "ramdisk", "pmckpt-dist-rank1.pool")
+    os.unlink(pool1)
     steps, tiers, text = recover()
-    T.ok(steps is not None and len(steps) == 1 and tiers[1] == "shared" and
-         tiers[0] == "local", f"replaced node: rank 1 loads from the shared directory, all ranks "
-         f"on one step ({steps})", text)
+    T.ok(steps is not None and len(steps) == 1 and tiers[1] == "shared",
+         f"replaced node after a kill: rank 1 loads from the shared directory, all ranks on "
+         f"one step ({steps}, tiers {tiers})", text)
+
+    # Once a step is copied out everywhere (a save, then wait_copyout on every rank), a
+    # replaced node costs nothing: that step, the others from their local stores.
+    text = output(launch("settle"))
+    saved = {int(l.split()[3]) for l in text.splitlines() if l.startswith("rank ") and
+             l.split()[2] == "saved"}
+    os.unlink(pool1)
+    steps, tiers, text2 = recover()
+    T.ok(len(saved) == 1 and steps == saved and tiers == {0: "local", 1: "shared", 2: "local"},
+         f"replaced node after a copied-out step {saved}: rank 1 loads it from the shared "
+         f"directory, the others locally ({steps}, tiers {tiers})", text + text2)
 
     # Different layouts: every rank gets LayoutError (no hang: communicate has a timeout).
     text = output(launch("mismatch"))
