@@ -85,7 +85,10 @@ enum pma_region_kind {
  * posix_fallocate (an existing file's data are kept): a sparse file on a
  * file system without room fails here with -ENOSPC rather than raising
  * SIGBUS at the first store into a hole (file systems without fallocate
- * are mapped as before).  A media error on real PM still raises SIGBUS in
+ * are mapped as before).  On tmpfs a new file opened without
+ * PMA_REGION_NO_PREFAULT gets its pages by the prefault instead, on
+ * several threads, with the same -ENOSPC (and the file removed) when they
+ * do not fit; an existing tmpfs file with no hole is left as it is.  A media error on real PM still raises SIGBUS in
  * the thread that touches the poisoned line, as with PMDK: the library
  * does not catch signals.  Unless
  * PMA_REGION_NO_PREFAULT is given, the page tables of the whole mapping are

@@ -29,32 +29,37 @@
 struct populate_piece {
 	char *addr;
 	size_t len;
-	int write;
+	unsigned flags;
+	int error; /* 0, or the piece's -errno */
 };
 
 static void *
 populate_piece(void *arg)
 {
-	const struct populate_piece *p = arg;
+	struct populate_piece *p = arg;
+	int write = !!(p->flags & PMA__POPULATE_WRITE);
 
-	if (madvise(p->addr, p->len, p->write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+	if (madvise(p->addr, p->len, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
 		return NULL;
+	p->error = -errno;
 	/*
 	 * Only a kernel without the advice (before 5.14: EINVAL) gets the
 	 * fallback, a no-op atomic write per page that faults it in writable;
 	 * reads fault anyway.  Another error (no space behind a sparse file:
 	 * EFAULT) is left to the writes that need the pages, not provoked here.
+	 * Pages being allocated are never touched: the error goes back.
 	 */
-	if (errno != EINVAL || !p->write)
+	if (p->error != -EINVAL || !write || (p->flags & PMA__POPULATE_ALLOCATE))
 		return NULL;
+	p->error = 0;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	for (size_t off = 0; off < p->len; off += page)
 		__atomic_fetch_add(p->addr + off, 0, __ATOMIC_RELAXED);
 	return NULL;
 }
 
-void
-pma__populate(void *addr, size_t len, int write)
+int
+pma__populate(void *addr, size_t len, unsigned flags)
 {
 	struct populate_piece piece[POPULATE_MAX_THREADS];
 	pthread_t tid[POPULATE_MAX_THREADS];
@@ -66,17 +71,15 @@ pma__populate(void *addr, size_t len, int write)
 		n = cpus;
 	if (n > POPULATE_MAX_THREADS)
 		n = POPULATE_MAX_THREADS;
-	if (n <= 1) {
-		populate_piece(&(struct populate_piece){addr, len, write});
-		return;
-	}
+	if (n < 1)
+		n = 1;
 	/* n contiguous pieces, each boundary rounded up to POPULATE_ALIGN from addr */
 	size_t per = (len / n + POPULATE_ALIGN - 1) & ~(POPULATE_ALIGN - 1);
 	size_t off = 0;
 	unsigned k = 0;
 	for (; k < n && off < len; k++, off += per)
 		piece[k] = (struct populate_piece){(char *)addr + off, len - off < per ? len - off : per,
-						   write};
+						   flags, 0};
 	/* piece 0 on this thread; a piece whose thread cannot start, too */
 	for (unsigned i = 1; i < k; i++)
 		started[i] = pthread_create(&tid[i], NULL, populate_piece, &piece[i]) == 0;
@@ -87,4 +90,8 @@ pma__populate(void *addr, size_t len, int write)
 		else
 			populate_piece(&piece[i]);
 	}
+	int error = 0;
+	for (unsigned i = 0; i < k && !error; i++)
+		error = piece[i].error;
+	return flags & PMA__POPULATE_ALLOCATE ? error : 0;
 }

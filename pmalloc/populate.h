@@ -5,15 +5,29 @@
 
 #include <stddef.h>
 
+/* How pma__populate populates (flags). */
+#define PMA__POPULATE_WRITE    (1u << 0) /* writable (else for reading) */
+#define PMA__POPULATE_ALLOCATE (1u << 1) /* the pages are being allocated: report, never touch */
+
 /*
  * pma__populate -- populates the page tables of [addr, addr + len) (addr
- * page-aligned) for writing, or for reading when `write` is 0, contents
+ * page-aligned) for writing (PMA__POPULATE_WRITE), or for reading, contents
  * unchanged: madvise(MADV_POPULATE_WRITE / _READ), on up to 8 threads of
  * its own (the caller's CPUs by affinity, one per 64 MiB at least), joined
- * before it returns.  Best effort: a range the kernel will not populate is
- * left to fault when used.  Internal to libpmalloc.
+ * before it returns.
+ *
+ * Without PMA__POPULATE_ALLOCATE it is best effort and returns 0: a range
+ * the kernel will not populate is left to fault when used, and a kernel
+ * without the advice (before 5.14) gets a no-op write per page instead.
+ *
+ * With PMA__POPULATE_ALLOCATE (a tmpfs file whose pages nothing has
+ * allocated yet) nothing is ever touched, since a touch of a page the file
+ * system has no room for raises SIGBUS; the first failure is returned:
+ * -EFAULT (no room: the kernel would have raised SIGBUS), -ENOMEM, -EINTR,
+ * or -EINVAL (a kernel without the advice: the caller allocates otherwise).
+ * Pages populated before a failure stay allocated.  Internal to libpmalloc.
  */
-void pma__populate(void *addr, size_t len, int write)
+int pma__populate(void *addr, size_t len, unsigned flags)
 	__attribute__((visibility("hidden")));
 
 #endif

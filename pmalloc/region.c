@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <linux/magic.h>
 #include <numaif.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "pmalloc.h"
@@ -39,14 +41,27 @@ struct pma_region {
 	pmem2_memset_fn memset;
 };
 
+/* Is fd a file on tmpfs (a ramdisk, /dev/shm)? */
+static int
+on_tmpfs(int fd)
+{
+	struct statfs sf;
+
+	return !fstatfs(fd, &sf) && sf.f_type == TMPFS_MAGIC;
+}
+
 /*
  * An existing regular file opened for writing gets its blocks reserved
  * (posix_fallocate keeps the data): a sparse file (made by truncate, or
  * by a file system without fallocate) on a file system without room then
  * fails here with ENOSPC, instead of killing the process with SIGBUS on
  * the first store to a hole.  Not for devices, and a file system that
- * cannot fallocate keeps the old behaviour.  Returns fd or a negative error
- * (fd closed).
+ * cannot fallocate keeps the old behaviour.  A tmpfs file holding a page
+ * for each of its pages has no hole, and tmpfs counts exactly those pages
+ * in st_blocks (no metadata blocks, unlike a disk file system): it is left
+ * as it is, since fallocate would only walk its pages (0.06 s per GiB on the
+ * 2-core dev VM, at every restart from a ramdisk).  Returns fd or a negative
+ * error (fd closed).
  */
 static int
 reserve_existing(int fd, const char *path)
@@ -55,6 +70,8 @@ reserve_existing(int fd, const char *path)
 	int ret;
 
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return fd;
+	if ((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size && on_tmpfs(fd))
 		return fd;
 	ret = posix_fallocate(fd, 0, st.st_size);
 	if (ret == 0 || ret == EOPNOTSUPP || ret == EINVAL)
@@ -115,17 +132,18 @@ open_path(const char *path, int oflags, unsigned flags, int *fd)
 /*
  * Opens path (O_CLOEXEC: an exec'd program must not inherit the lock) and
  * locks it before anything else, so that only the lock holder ever sizes
- * a file or maps it.
+ * a file or maps it.  *allocate: a new tmpfs file was only sized, and the
+ * caller allocates its pages by populating the mapping (allocate_pages).
  */
 static int
-open_or_create(const char *path, size_t size, unsigned flags, int *created)
+open_or_create(const char *path, size_t size, unsigned flags, int *created, int *allocate)
 {
 	struct stat st;
 	int rdonly = !!(flags & PMA_REGION_RDONLY);
 	int fd;
 	int ret;
 
-	*created = 0;
+	*created = *allocate = 0;
 	if ((ret = open_path(path, rdonly ? O_RDONLY : O_RDWR, flags, &fd)))
 		return ret;
 	if (fd < 0 && errno != ENOENT)
@@ -169,8 +187,18 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created)
 		}
 	}
 	*created = 1;
-	/* Reserve the blocks now so that a full file system fails here, not on a page fault later. */
-	ret = posix_fallocate(fd, 0, (off_t)size);
+	/*
+	 * Reserve the blocks now so that a full file system fails here, not on
+	 * a page fault later.  On tmpfs a prefaulted open allocates them by
+	 * populating the mapping instead, on several threads where fallocate
+	 * takes one (allocate_pages), with the same refusal when there is no room.
+	 */
+	if (!(flags & PMA_REGION_NO_PREFAULT) && on_tmpfs(fd)) {
+		*allocate = 1;
+		ret = ftruncate(fd, (off_t)size) ? errno : 0;
+	} else {
+		ret = posix_fallocate(fd, 0, (off_t)size);
+	}
 	if (ret == EOPNOTSUPP || ret == EINVAL)
 		ret = ftruncate(fd, (off_t)size) ? errno : 0;
 	if (ret) {
@@ -269,14 +297,40 @@ node_of_pages(const void *addr)
 void
 pma_region_prefault(const struct pma_region *r)
 {
-	pma__populate(r->addr, r->size, !r->rdonly); /* read-only: best effort, reads fault anyway */
+	/* read-only: best effort, reads fault anyway */
+	pma__populate(r->addr, r->size, r->rdonly ? 0 : PMA__POPULATE_WRITE);
+}
+
+/*
+ * The pages of a new tmpfs file, allocated by populating its whole mapping
+ * for writing on several threads (populate.c): the same work as fallocate
+ * followed by the prefault, but in parallel.  1 GiB on the 2-core dev VM:
+ * 0.29 s against 0.38 s (fallocate on one thread, then the prefault on
+ * two).  No room for a page is -ENOSPC here, as from fallocate, never a
+ * SIGBUS: nothing is touched.  A kernel without MADV_POPULATE_WRITE
+ * (before 5.14) gets fallocate and the prefault.
+ */
+static int
+allocate_pages(struct pma_region *r)
+{
+	int ret = pma__populate(r->addr, r->size, PMA__POPULATE_WRITE | PMA__POPULATE_ALLOCATE);
+
+	if (ret == -EINVAL) {
+		ret = -posix_fallocate(r->fd, 0, (off_t)r->size);
+		if (!ret)
+			pma_region_prefault(r);
+	}
+	if (ret == -EFAULT) /* the kernel would have raised SIGBUS: no page to be had */
+		ret = -ENOSPC;
+	return ret ? pma__err(ret, "allocate %zu bytes for %s: %s", r->size, r->path,
+			      strerror(-ret)) : 0;
 }
 
 int
 pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region **out)
 {
 	struct stat st;
-	int created;
+	int created, allocate;
 	int ret;
 
 	if (!path || !*path || !out)
@@ -292,7 +346,7 @@ pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region
 		return pma__err(-ENOMEM, "out of memory");
 	}
 	r->rdonly = !!(flags & PMA_REGION_RDONLY);
-	r->fd = open_or_create(path, size, flags, &created);
+	r->fd = open_or_create(path, size, flags, &created, &allocate);
 	if (r->fd < 0) {
 		ret = r->fd;
 		goto fail;
@@ -321,8 +375,12 @@ pma_region_open(const char *path, size_t size, unsigned flags, struct pma_region
 		ret = pma__err(-ENOSPC, "%s has %zu bytes, %zu needed", path, r->size, size);
 		goto fail;
 	}
-	if (!(flags & PMA_REGION_NO_PREFAULT))
+	if (allocate) {
+		if ((ret = allocate_pages(r)))
+			goto fail;
+	} else if (!(flags & PMA_REGION_NO_PREFAULT)) {
 		pma_region_prefault(r);
+	}
 	if (r->numa_node < 0)
 		r->numa_node = node_of_pages(r->addr);
 	if (!r->rdonly)

@@ -36,8 +36,18 @@ mapped_bytes(const void *addr)
 	return kb << 10;
 }
 
+/* The bytes of path's file that the file system holds (st_blocks). */
+static size_t
+allocated_bytes(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? 0 : (size_t)st.st_blocks * 512;
+}
+
 /* An odd-sized region (a tail after the last 2 MiB boundary) is populated
- * whole, by the open and by pma_region_prefault, read-only too. */
+ * whole, by the open and by pma_region_prefault, read-only too; a new one
+ * is allocated whole, prefaulted or not (on tmpfs the prefault allocates). */
 static void
 prefault_covers_all(const char *path, const char *how)
 {
@@ -45,8 +55,16 @@ prefault_covers_all(const char *path, const char *how)
 	struct pma_region *r = NULL;
 
 	unlink(path);
+	is_int(pma_region_open(path, size, PMA_REGION_CREATE | PMA_REGION_NO_PREFAULT, &r), 0,
+			"%s: create %zu bytes, no prefault", how, size);
+	ok(allocated_bytes(path) >= size, "%s: allocated all the same (%zu)", how,
+			allocated_bytes(path));
+	pma_region_close(&r);
+	unlink(path);
 	is_int(pma_region_open(path, size, PMA_REGION_CREATE, &r), 0, "%s: create %zu bytes",
 			how, size);
+	ok(allocated_bytes(path) >= size, "%s: the open allocated all %zu bytes (%zu)", how, size,
+			allocated_bytes(path));
 	ok(r && mapped_bytes(pma_region_addr(r)) == size, "%s: the open populated all %zu bytes (%zu)",
 			how, size, r ? mapped_bytes(pma_region_addr(r)) : 0);
 	pma_region_close(&r);

@@ -3,6 +3,8 @@
 # file made by truncate on a 32 MiB tmpfs) is refused at open with ENOSPC, by pma_region_open
 # through the tools, exit status 1, never a death by SIGBUS; a fully allocated file on the
 # same full file system still opens, and a read-only open of the sparse one still works.
+# A new pool larger than the room left (its pages allocated by populating the mapping, on
+# tmpfs) is refused the same way, and its file and pages are gone.
 B=${BUILD:-build}
 dir=$(mktemp -d /tmp/pmck-nospace-XXXXXX) || { echo "1..0 # SKIP no temporary directory"; exit 0; }
 mnt=$dir/mnt
@@ -10,7 +12,7 @@ trap 'umount "$mnt" 2>/dev/null; rm -rf "$dir"' EXIT
 mkdir -p "$mnt"
 mount -t tmpfs -o size=32m tmpfs "$mnt" 2>/dev/null ||
 	{ echo "1..0 # SKIP cannot mount a tmpfs here (needs root)"; exit 0; }
-echo "1..5"
+echo "1..7"
 n=0
 check() { # WHAT RC WANT OUTPUT: exit status RC and WANT in OUTPUT
 	n=$((n + 1))
@@ -29,6 +31,16 @@ check "pmbench on it: ENOSPC with the reason, exit 1" 1 "mapping it would end in
 out=$("$B/pmckpt" list --pool "$mnt/sparse" 2>&1); rc=$?
 check "a read-only open of it reserves nothing: no pool there, exit 1, no signal" 1 "no pool header" "$out" $rc
 rm -f "$mnt/sparse"
+out=$("$B/pmckpt" create --pool "$mnt/big" --size 48M 2>&1); rc=$?
+check "pmckpt create of a 48 MiB pool on the 32 MiB tmpfs: ENOSPC, exit 1" 1 \
+	"No space left on device" "$out" $rc
+n=$((n + 1))
+used=$(du -sk "$mnt" | cut -f1)
+if [ ! -e "$mnt/big" ] && [ "$used" -lt 1024 ]; then
+	echo "ok $n - the refused pool's file is gone, and its pages (${used} KiB used)"
+else
+	echo "not ok $n - after the refused create: $(ls -l "$mnt" | tr '\n' ' '), ${used} KiB used"
+fi
 "$B/pmckpt" create -q --pool "$mnt/full" --size 30M >/dev/null 2>&1
 cat /dev/zero >"$mnt/filler" 2>/dev/null # fill the file system to the last block
 out=$("$B/pmckpt" create --pool "$mnt/full" --force 2>&1); rc=$?

@@ -18,10 +18,13 @@
  *                destination, memcpy, commit
  *   write_fsync  open, write() every tensor, fsync, close, on a disk
  *   region_open  pma_region_open creating a region of the store's size
- *                (fallocate, mapping, page tables populated on several
- *                threads), against the same open populating them with one
- *                madvise on the calling thread: what a restart pays before
- *                its import
+ *                (on tmpfs its pages allocated by populating the mapping
+ *                on several threads; elsewhere fallocate, then that), what
+ *                a restart pays before its import, against two baselines
+ *                run in turn: posix_fallocate of the new file first (one
+ *                thread in the kernel), then the open populating the
+ *                allocated pages on several threads; and that fallocate,
+ *                then one madvise(MADV_POPULATE_WRITE) on the calling thread
  *
  * Output contract on stdout: "bench: NAME VALUE UNIT", "ratio: NAME VALUE"
  * (ours over a baseline), and context lines starting with '#'.
@@ -168,25 +171,42 @@ track(unsigned slot, const char *path)
 	snprintf(cleanup_path[slot], sizeof(cleanup_path[slot]), "%s", path ? path : "");
 }
 
-/*
- * Creates a region of `size` at `path` and closes it again, timing the open:
- * as pma_region_open does (one_thread 0), or without its prefault and then
- * one madvise(MADV_POPULATE_WRITE) of the whole mapping on this thread.
- */
+/* How region_open_seconds makes a region. */
+enum region_making {
+	MAKE_BY_OPEN,               /* pma_region_open(CREATE): what pmckpt does */
+	MAKE_FALLOCATE_FIRST,       /* posix_fallocate, then pma_region_open of the file */
+	MAKE_FALLOCATE_ONE_THREAD,  /* CREATE | NO_PREFAULT (fallocate), one madvise here */
+	MAKE_KINDS
+};
+
+/* Creates a region of `size` at `path` as `how` says and closes it again, timing it. */
 static int
-region_open_seconds(const char *path, size_t size, int one_thread, double *secs)
+region_open_seconds(const char *path, size_t size, enum region_making how, double *secs)
 {
 	struct pma_region *r;
+	int ret;
 
 	unlink(path);
 	double t0 = tool_now();
-	int ret = pma_region_open(path, size, PMA_REGION_CREATE |
-			(one_thread ? PMA_REGION_NO_PREFAULT : 0), &r);
+	if (how == MAKE_FALLOCATE_FIRST) {
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0 || (errno = posix_fallocate(fd, 0, (off_t)size))) {
+			ret = -errno;
+			fprintf(stderr, "pmck-bench: region %s: %s\n", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return ret;
+		}
+		close(fd);
+	}
+	ret = pma_region_open(path, how == MAKE_FALLOCATE_FIRST ? 0 : size,
+			how == MAKE_FALLOCATE_FIRST ? 0 : PMA_REGION_CREATE |
+			(how == MAKE_FALLOCATE_ONE_THREAD ? PMA_REGION_NO_PREFAULT : 0), &r);
 	if (ret) {
 		fprintf(stderr, "pmck-bench: region %s: %s\n", path, pmck_errormsg());
 		return ret;
 	}
-	if (one_thread)
+	if (how == MAKE_FALLOCATE_ONE_THREAD)
 		madvise(pma_region_addr(r), pma_region_size(r), 23 /* MADV_POPULATE_WRITE */);
 	*secs = tool_now() - t0;
 	pma_region_close(&r);
@@ -545,7 +565,7 @@ main(int argc, char **argv)
 	char store_path[PATH_MAX], nt_path[PATH_MAX], obj_path[PATH_MAX], disk_path[PATH_MAX];
 	char made_dir[PATH_MAX] = "";
 	struct timing t_nt = {0}, t_ck = {0}, t_rec = {0}, t_obj = {0}, t_disk = {0};
-	struct timing t_open = {0}, t_open1 = {0};
+	struct timing t_open[MAKE_KINDS] = {{0}};
 
 	snprintf(store_path, sizeof(store_path), "%s/pmck-bench-%d.store", dir, (int)getpid());
 	snprintf(nt_path, sizeof(nt_path), "%s/pmck-bench-%d.ntcopy", dir, (int)getpid());
@@ -668,17 +688,16 @@ main(int argc, char **argv)
 
 	/* ----------------------------------- region open, prefaulted, alternated */
 	track(1, nt_path);
-	t_open.t = calloc(reps, sizeof(double));
-	t_open1.t = calloc(reps, sizeof(double));
-	if (!t_open.t || !t_open1.t) {
-		fprintf(stderr, "pmck-bench: out of memory\n");
-		goto out;
-	}
+	for (unsigned m = 0; m < MAKE_KINDS; m++)
+		if (!(t_open[m].t = calloc(reps, sizeof(double)))) {
+			fprintf(stderr, "pmck-bench: out of memory\n");
+			goto out;
+		}
 	for (unsigned k = 0; k < reps; k++)
-		for (int one = 0; one < 2; one++) {
-			struct timing *tm = (one ^ (k & 1)) ? &t_open1 : &t_open;
-			if (region_open_seconds(nt_path, pma_region_size(sr), tm == &t_open1,
-						&tm->t[tm->n]))
+		for (unsigned i = 0; i < MAKE_KINDS; i++) {
+			unsigned m = (i + k) % MAKE_KINDS; /* each first in turn */
+			struct timing *tm = &t_open[m];
+			if (region_open_seconds(nt_path, pma_region_size(sr), m, &tm->t[tm->n]))
 				goto out;
 			tm->n++;
 		}
@@ -789,9 +808,12 @@ main(int argc, char **argv)
 	report_times("recover", &t_rec, m_rec);
 	report_times("pmemobj_tx", &t_obj, m_obj);
 	report_times("write_fsync", &t_disk, m_disk);
-	double m_open = median(&t_open), m_open1 = median(&t_open1);
-	report_times("region_open", &t_open, m_open);
-	report_times("region_open_1thread", &t_open1, m_open1);
+	double m_open = median(&t_open[MAKE_BY_OPEN]);
+	double m_openf = median(&t_open[MAKE_FALLOCATE_FIRST]);
+	double m_open1 = median(&t_open[MAKE_FALLOCATE_ONE_THREAD]);
+	report_times("region_open", &t_open[MAKE_BY_OPEN], m_open);
+	report_times("region_open_fallocate_first", &t_open[MAKE_FALLOCATE_FIRST], m_openf);
+	report_times("region_open_1thread", &t_open[MAKE_FALLOCATE_ONE_THREAD], m_open1);
 	double nt = (double)data_size / m_nt / GB, ck = (double)tbytes / m_ck / GB;
 	double rcv = (double)tbytes / m_rec / GB, obj = (double)data_size / m_obj / GB;
 	double disk = (double)tbytes / m_disk / GB;
@@ -801,9 +823,11 @@ main(int argc, char **argv)
 	printf("bench: pmemobj_tx_tput %.2f GB/s\n", obj);
 	printf("bench: write_fsync_tput %.2f GB/s\n", disk);
 	printf("bench: region_open_ms %.1f ms\n", m_open * 1e3);
+	printf("bench: region_open_fallocate_first_ms %.1f ms\n", m_openf * 1e3);
 	printf("bench: region_open_one_thread_populate_ms %.1f ms\n", m_open1 * 1e3);
 	printf("ratio: commit_tput_vs_ntcopy %.3f\n", ck / nt);
-	printf("ratio: region_open_time_vs_one_thread_populate %.3f\n", m_open / m_open1);
+	printf("ratio: region_open_time_vs_one_thread_populate %.3f\n", m_openf / m_open1);
+	printf("ratio: region_create_time_vs_fallocate_first %.3f\n", m_open / m_openf);
 	printf("ratio: commit_tput_vs_pmemobj_tx %.2f\n", ck / obj);
 	printf("ratio: commit_tput_vs_write_fsync %.2f\n", ck / disk);
 	printf("# goal: commit_tput_vs_ntcopy >= 0.9: %s\n", ck / nt >= 0.9 ? "met" : "NOT met");
@@ -829,8 +853,8 @@ out:
 	free(t_rec.t);
 	free(t_obj.t);
 	free(t_disk.t);
-	free(t_open.t);
-	free(t_open1.t);
+	for (unsigned m = 0; m < MAKE_KINDS; m++)
+		free(t_open[m].t);
 	free_layout(&lay);
 	return rc;
 }
