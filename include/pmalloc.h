@@ -87,8 +87,9 @@ enum pma_region_kind {
  * SIGBUS at the first store into a hole (file systems without fallocate
  * are mapped as before).  On tmpfs a new file opened without
  * PMA_REGION_NO_PREFAULT gets its pages by the prefault instead, on
- * several threads, with the same -ENOSPC (and the file removed) when they
- * do not fit; an existing tmpfs file with no hole is left as it is.  A media error on real PM still raises SIGBUS in
+ * several threads of the caller's NUMA node, with the same -ENOSPC (and
+ * the file removed) when they do not fit; an existing tmpfs file with no
+ * hole (SEEK_HOLE) is left as it is.  A media error on real PM still raises SIGBUS in
  * the thread that touches the poisoned line, as with PMDK: the library
  * does not catch signals.  Unless
  * PMA_REGION_NO_PREFAULT is given, the page tables of the whole mapping are
@@ -135,7 +136,9 @@ enum pma_region_kind {
  * refused by PMA_REGION_NOFOLLOW), -ENOSPC (existing
  * region smaller than size, or a file whose blocks the file system cannot
  * reserve), other -errno from open (-EACCES: not
- * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate,
+ * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate, or
+ * from allocating a new tmpfs file's pages (-ENOMEM: a memory cgroup's
+ * limit; -EINTR: a fatal signal; -EHWPOISON),
  * -ENOTSUP when libpmem2 cannot map it (the message says why, also where
  * libpmem2 gives no reason: "a character device that is not device-dax").
  */

@@ -7,7 +7,9 @@
  * large region on a many-core node gains more (a 10 GB store's open).
  */
 #include <errno.h>
+#include <numa.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -58,6 +60,30 @@ populate_piece(void *arg)
 	return NULL;
 }
 
+/*
+ * The CPUs of the caller's affinity on the NUMA node it runs on, into *set
+ * (1 on success, 0 if that cannot be told: one node, no libnuma support, a
+ * mask larger than a cpu_set_t).  Pages a thread allocates come from its
+ * own node by default; fallocate on the caller's thread would have taken
+ * them all from the caller's.
+ */
+static int
+caller_node_cpus(cpu_set_t *set)
+{
+	int cpu = sched_getcpu();
+
+	if (cpu < 0 || numa_available() < 0 || numa_max_node() < 1 ||
+	    sched_getaffinity(0, sizeof(*set), set))
+		return 0;
+	int node = numa_node_of_cpu(cpu);
+	if (node < 0)
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set) && numa_node_of_cpu(c) != node)
+			CPU_CLR(c, set);
+	return CPU_COUNT(set) > 0;
+}
+
 int
 pma__populate(void *addr, size_t len, unsigned flags)
 {
@@ -65,7 +91,11 @@ pma__populate(void *addr, size_t len, unsigned flags)
 	pthread_t tid[POPULATE_MAX_THREADS];
 	int started[POPULATE_MAX_THREADS] = {0};
 	size_t n = len / POPULATE_MIN_PIECE;
-	unsigned cpus = usable_cpus();
+	cpu_set_t node_cpus;
+	pthread_attr_t attr, *pattr = NULL;
+	/* Allocating: on the caller's node's CPUs only, so that the pages stay on that node. */
+	int on_node = (flags & PMA__POPULATE_ALLOCATE) && caller_node_cpus(&node_cpus);
+	unsigned cpus = on_node ? (unsigned)CPU_COUNT(&node_cpus) : usable_cpus();
 
 	if (n > cpus)
 		n = cpus;
@@ -80,9 +110,15 @@ pma__populate(void *addr, size_t len, unsigned flags)
 	for (; k < n && off < len; k++, off += per)
 		piece[k] = (struct populate_piece){(char *)addr + off, len - off < per ? len - off : per,
 						   flags, 0};
+	if (on_node && k > 1 && pthread_attr_init(&attr) == 0) {
+		pattr = &attr;
+		pthread_attr_setaffinity_np(pattr, sizeof(node_cpus), &node_cpus);
+	}
 	/* piece 0 on this thread; a piece whose thread cannot start, too */
 	for (unsigned i = 1; i < k; i++)
-		started[i] = pthread_create(&tid[i], NULL, populate_piece, &piece[i]) == 0;
+		started[i] = pthread_create(&tid[i], pattr, populate_piece, &piece[i]) == 0;
+	if (pattr)
+		pthread_attr_destroy(pattr);
 	populate_piece(&piece[0]);
 	for (unsigned i = 1; i < k; i++) {
 		if (started[i])

@@ -24,8 +24,12 @@
  * allocated yet) nothing is ever touched, since a touch of a page the file
  * system has no room for raises SIGBUS; the first failure is returned:
  * -EFAULT (no room: the kernel would have raised SIGBUS), -ENOMEM, -EINTR,
- * or -EINVAL (a kernel without the advice: the caller allocates otherwise).
- * Pages populated before a failure stay allocated.  Internal to libpmalloc.
+ * -EHWPOISON, or another -errno when the advice itself is refused (-EINVAL:
+ * a kernel without it; the caller allocates otherwise).  Pages populated
+ * before a failure stay allocated.  The threads then run on the CPUs of the
+ * caller's NUMA node (within its affinity), so that the pages come from
+ * that node as they would from fallocate on the caller's thread.  Internal
+ * to libpmalloc.
  */
 int pma__populate(void *addr, size_t len, unsigned flags)
 	__attribute__((visibility("hidden")));
