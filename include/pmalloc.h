@@ -138,7 +138,8 @@ enum pma_region_kind {
  * reserve), other -errno from open (-EACCES: not
  * writable; try PMA_REGION_RDONLY), flock, ftruncate or fallocate, or
  * from allocating a new tmpfs file's pages (-ENOMEM: a memory cgroup's
- * limit; -EINTR: a fatal signal; -EHWPOISON),
+ * limit; -EINTR: a fatal signal; -EHWPOISON), -EAGAIN (the file was
+ * removed by another opener's failed creation, four times over),
  * -ENOTSUP when libpmem2 cannot map it (the message says why, also where
  * libpmem2 gives no reason: "a character device that is not device-dax").
  */

@@ -112,11 +112,15 @@ pma__populate(void *addr, size_t len, unsigned flags)
 						   flags, 0};
 	if (on_node && k > 1 && pthread_attr_init(&attr) == 0) {
 		pattr = &attr;
-		pthread_attr_setaffinity_np(pattr, sizeof(node_cpus), &node_cpus);
+		if (pthread_attr_setaffinity_np(pattr, sizeof(node_cpus), &node_cpus)) {
+			pthread_attr_destroy(pattr);
+			pattr = NULL;
+		}
 	}
-	/* piece 0 on this thread; a piece whose thread cannot start, too */
+	/* piece 0 on this thread; a piece whose thread cannot start (pinned or not), too */
 	for (unsigned i = 1; i < k; i++)
-		started[i] = pthread_create(&tid[i], pattr, populate_piece, &piece[i]) == 0;
+		started[i] = pthread_create(&tid[i], pattr, populate_piece, &piece[i]) == 0 ||
+			     (pattr && pthread_create(&tid[i], NULL, populate_piece, &piece[i]) == 0);
 	if (pattr)
 		pthread_attr_destroy(pattr);
 	populate_piece(&piece[0]);

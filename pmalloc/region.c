@@ -134,20 +134,40 @@ open_path(const char *path, int oflags, unsigned flags, int *fd)
 }
 
 /*
+ * Locks fd, opened by path, and checks that the file still has a name: an
+ * opener that failed may have removed it (unlink, then close) between our
+ * open and our lock, and a pool formatted into a file without a name would
+ * be lost.  Then -EAGAIN with *removed set: the caller opens path again.
+ */
+static int
+lock_named(int fd, const char *path, int exclusive, int *removed)
+{
+	struct stat st;
+	int ret = pma__lock(fd, path, exclusive);
+
+	if (ret || fstat(fd, &st) || st.st_nlink > 0)
+		return ret;
+	*removed = 1;
+	return pma__err(-EAGAIN, "%s was removed while it was being opened", path);
+}
+
+/*
  * Opens path (O_CLOEXEC: an exec'd program must not inherit the lock) and
  * locks it before anything else, so that only the lock holder ever sizes
  * a file or maps it.  *allocate: a new tmpfs file was only sized, and the
  * caller allocates its pages by populating the mapping (allocate_pages).
+ * *removed: see lock_named.
  */
 static int
-open_or_create(const char *path, size_t size, unsigned flags, int *created, int *allocate)
+open_or_create_once(const char *path, size_t size, unsigned flags, int *created, int *allocate,
+		int *removed)
 {
 	struct stat st;
 	int rdonly = !!(flags & PMA_REGION_RDONLY);
 	int fd;
 	int ret;
 
-	*created = *allocate = 0;
+	*created = *allocate = *removed = 0;
 	if ((ret = open_path(path, rdonly ? O_RDONLY : O_RDWR, flags, &fd)))
 		return ret;
 	if (fd < 0 && errno != ENOENT)
@@ -157,7 +177,7 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created, int 
 		close(fd);
 		return ret;
 	}
-	if (fd >= 0 && (ret = pma__lock(fd, path, !rdonly))) {
+	if (fd >= 0 && (ret = lock_named(fd, path, !rdonly, removed))) {
 		close(fd);
 		return ret;
 	}
@@ -187,7 +207,7 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created, int 
 		 * Another process may have opened and locked the new file before
 		 * us: it sizes the file then, and we must not unlink it.
 		 */
-		if ((ret = pma__lock(fd, path, 1))) {
+		if ((ret = lock_named(fd, path, 1, removed))) {
 			close(fd);
 			return ret;
 		}
@@ -211,11 +231,26 @@ open_or_create(const char *path, size_t size, unsigned flags, int *created, int 
 	if (ret == EOPNOTSUPP || ret == EINVAL)
 		ret = ftruncate(fd, (off_t)size) ? errno : 0;
 	if (ret) {
-		unlink(path); /* still locked: nobody else has it */
+		unlink(path); /* before the lock ends: an opener that locks it later sees it removed */
 		close(fd);
 		return pma__err(-ret, "allocate %zu bytes for %s: %s", size, path, strerror(ret));
 	}
 	return fd;
+}
+
+/* open_or_create_once, again while the file it opened is removed under it (a few times). */
+static int
+open_or_create(const char *path, size_t size, unsigned flags, int *created, int *allocate)
+{
+	int removed = 0;
+	int ret;
+
+	for (int tries = 0; tries < 4; tries++) {
+		ret = open_or_create_once(path, size, flags, created, allocate, &removed);
+		if (!removed)
+			break;
+	}
+	return ret;
 }
 
 static int

@@ -33,7 +33,7 @@ out=$("$B/pmckpt" list --pool "$mnt/sparse" 2>&1); rc=$?
 check "a read-only open of it reserves nothing: no pool there, exit 1, no signal" 1 "no pool header" "$out" $rc
 rm -f "$mnt/sparse"
 out=$("$B/pmckpt" create --pool "$mnt/big" --size 160M 2>&1); rc=$?
-check "pmckpt create of a 160 MiB pool on the 32 MiB tmpfs (allocated in pieces): ENOSPC, exit 1" \
+check "pmckpt create of a 160 MiB pool on the 32 MiB tmpfs (in pieces, with 2 CPUs): ENOSPC, exit 1" \
 	1 "No space left on device" "$out" $rc
 n=$((n + 1))
 used=$(du -sk "$mnt" | cut -f1)
@@ -43,11 +43,14 @@ else
 	echo "not ok $n - after the refused create: $(ls -l "$mnt" | tr '\n' ' '), ${used} KiB used"
 fi
 # tmpfs counts pages past a file's end in its blocks: a hole before the end is still filled.
-truncate -s 8M "$mnt/past" && fallocate -n -o 8M -l 16M "$mnt/past" &&
+if truncate -s 8M "$mnt/past" && fallocate -n -o 8M -l 16M "$mnt/past" 2>/dev/null; then
 	cat /dev/zero >"$mnt/filler" 2>/dev/null
-out=$("$B/pmckpt" create --pool "$mnt/past" --force 2>&1); rc=$?
-check "a sparse file with pages past its end (fallocate --keep-size), tmpfs full: ENOSPC, exit 1" \
-	1 "No space left on device" "$out" $rc
+	out=$("$B/pmckpt" create --pool "$mnt/past" --force 2>&1); rc=$?
+	check "a sparse file with pages past its end (fallocate --keep-size), tmpfs full: ENOSPC, exit 1" \
+		1 "No space left on device" "$out" $rc
+else
+	n=$((n + 1)); echo "ok $n # SKIP no fallocate(1) --keep-size here"
+fi
 rm -f "$mnt/past" "$mnt/filler"
 "$B/pmckpt" create -q --pool "$mnt/full" --size 30M >/dev/null 2>&1
 cat /dev/zero >"$mnt/filler" 2>/dev/null # fill the file system to the last block
