@@ -1,12 +1,36 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""The parent side of the multi-process kill tests (test_dist.py, test_partner.py):
-`n` workers of one test script over gloo, a file rendezvous per launch.  Each
-worker logs the global steps it sees to DIR/global.R and, in mode "recover",
-prints "rank R step S tier T ok" (or something else on failure)."""
+"""The multi-process kill tests (test_dist.py, test_partner.py): on the parent's
+side, `n` workers of one test script over gloo, a file rendezvous per launch;
+each worker logs the global steps it sees to DIR/global.R and, in mode
+"recover", prints "rank R step S tier T ok" (or something else on failure).
+On the workers' side, the state a rank holds at a step and the process group."""
 import os
 import subprocess
 import sys
 import time
+
+LAYERS = 4
+
+
+def state_of(rank, step):
+    """What rank `rank` holds at `step`: a function of both, a few layers of tensors."""
+    import torch
+    g = torch.Generator().manual_seed(rank * 1_000_003 + step)
+    sd = {f"layer{i}.w": torch.randn(96, 128, generator=g) for i in range(LAYERS)}
+    sd.update({f"layer{i}.b": torch.full((128,), float(step * 10 + rank)) for i in range(LAYERS)})
+    sd["step"] = step
+    sd["rank"] = rank
+    return sd
+
+
+def join_group(rdzv, rank, world_size):
+    """A worker's gloo process group (file rendezvous `rdzv`, 60 s timeout), one torch thread."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=60))
 
 
 class Ranks:

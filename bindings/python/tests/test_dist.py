@@ -23,33 +23,19 @@ import sys
 import time
 
 RANKS = 3
-LAYERS = 4
 HERE = os.path.abspath(__file__)
-
-
-def state_of(rank, step):
-    """What rank `rank` holds at `step`: a function of both, a few layers of tensors."""
-    import torch
-    g = torch.Generator().manual_seed(rank * 1_000_003 + step)
-    sd = {f"layer{i}.w": torch.randn(96, 128, generator=g) for i in range(LAYERS)}
-    sd.update({f"layer{i}.b": torch.full((128,), float(step * 10 + rank)) for i in range(LAYERS)})
-    sd["step"] = step
-    sd["rank"] = rank
-    return sd
 
 
 # ------------------------------------------------------------------ ranks
 
 def worker(mode, d, rank, rdzv):
-    import datetime
     import torch
     import torch.distributed as dist
     import pmckpt
     from common import same
+    from ranks import join_group, state_of
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
-                            world_size=RANKS, timeout=datetime.timedelta(seconds=60))
+    join_group(rdzv, rank, RANKS)
     store = pmckpt.Store(ramdisk=os.path.join(d, "ramdisk"), shared_dir=os.path.join(d, "shared"),
                          keep=2, name="dist", group=True, threads=1)
     out = sys.stdout

@@ -24,7 +24,6 @@ import sys
 import time
 
 RANKS = 4
-LAYERS = 4
 HERE = os.path.abspath(__file__)
 
 
@@ -32,29 +31,16 @@ def node_of(rank):
     return rank // 2
 
 
-def state_of(rank, step):
-    """What rank `rank` holds at `step`: a function of both, a few layers of tensors."""
-    import torch
-    g = torch.Generator().manual_seed(rank * 1_000_003 + step)
-    sd = {f"layer{i}.w": torch.randn(96, 128, generator=g) for i in range(LAYERS)}
-    sd.update({f"layer{i}.b": torch.full((128,), float(step * 10 + rank)) for i in range(LAYERS)})
-    sd["step"] = step
-    sd["rank"] = rank
-    return sd
-
-
 # ------------------------------------------------------------------ ranks
 
 def worker(mode, d, rank, rdzv):
-    import datetime
     import torch
     import torch.distributed as dist
     import pmckpt
     from common import same
+    from ranks import join_group, state_of
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank,
-                            world_size=RANKS, timeout=datetime.timedelta(seconds=60))
+    join_group(rdzv, rank, RANKS)
     if mode == "nccl-refused":  # partner_transport="nccl" where torch sees no CUDA device
         try:
             pmckpt.Store(ramdisk=os.path.join(d, f"node{node_of(rank)}"), name="nccl",
