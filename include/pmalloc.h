@@ -89,9 +89,9 @@ enum pma_region_kind {
  * PMA_REGION_NO_PREFAULT gets its pages by the prefault instead, on
  * several threads of the caller's NUMA node, with the same -ENOSPC (and
  * the file removed) when they do not fit; an existing tmpfs file with no
- * hole (SEEK_HOLE) is left as it is.  A media error on real PM still raises SIGBUS in
- * the thread that touches the poisoned line, as with PMDK: the library
- * does not catch signals.  Unless
+ * hole (SEEK_HOLE) is left as it is.  A media error on real PM still
+ * raises SIGBUS in the thread that touches the poisoned line, as with
+ * PMDK: the library does not catch signals.  Unless
  * PMA_REGION_NO_PREFAULT is given, the page tables of the whole mapping are
  * populated for writing before this returns (madvise MADV_POPULATE_WRITE),
  * so the first checkpoint does not pay page faults; contents are unchanged.

@@ -6,9 +6,10 @@
  * A mapped pool raises SIGBUS when a load hits a poisoned line on real PM
  * (a media error; libpmem2 and PMDK raise it too) or a page the file no
  * longer has (truncated under us).  pma_region_open reserves a writable
- * file's blocks (fills its holes), so a full file system fails there, not here.  The command
- * cannot go on after such a fault (the library's state is mid-operation):
- * the handler reports it with async-signal-safe calls and exits.
+ * file's blocks (fills its holes), so a full file system fails there, not
+ * here.  The command cannot go on after such a fault (the library's state
+ * is mid-operation): the handler reports it with async-signal-safe calls
+ * and exits.
  */
 #include <signal.h>
 #include <stdint.h>
