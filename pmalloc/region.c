@@ -56,15 +56,14 @@ on_tmpfs(int fd)
  * by a file system without fallocate) on a file system without room then
  * fails here with ENOSPC, instead of killing the process with SIGBUS on
  * the first store to a hole.  Not for devices, and a file system that
- * cannot fallocate keeps the old behaviour.  A tmpfs file without a hole
- * is left as it is, since fallocate would only walk its pages (0.06 s per
- * GiB on the 2-core dev VM, at every restart from a ramdisk): SEEK_HOLE
- * finds none before the end (11 ms per GiB; tmpfs reports a page that
+ * cannot fallocate keeps the old behaviour.  A tmpfs file in which
+ * SEEK_HOLE finds no hole before the end is left as it is, since fallocate
+ * would only walk its pages (40-60 ms per GiB on the 2-core dev VM, at every
+ * restart from a ramdisk; SEEK_HOLE 13-15 ms).  tmpfs reports a page that
  * fallocate reserved but nothing wrote as a hole, which only costs that
- * fallocate).  st_blocks alone cannot tell, since tmpfs also counts pages
- * beyond the end there (fallocate with KEEP_SIZE, a huge page past EOF);
- * it only rules out the files with too few pages, at no cost.  Returns fd
- * or a negative error (fd closed).
+ * fallocate.  Only tmpfs: a file system without SEEK_HOLE of its own calls
+ * the whole file data.  (st_blocks cannot tell: tmpfs counts pages past the
+ * end there too.)  Returns fd or a negative error (fd closed).
  */
 static int
 reserve_existing(int fd, const char *path)
@@ -74,8 +73,7 @@ reserve_existing(int fd, const char *path)
 
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size == 0)
 		return fd;
-	if ((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size && on_tmpfs(fd) &&
-	    lseek(fd, 0, SEEK_HOLE) >= st.st_size)
+	if (on_tmpfs(fd) && lseek(fd, 0, SEEK_HOLE) >= st.st_size)
 		return fd;
 	ret = posix_fallocate(fd, 0, st.st_size);
 	if (ret == 0 || ret == EOPNOTSUPP || ret == EINVAL)
@@ -138,15 +136,19 @@ open_path(const char *path, int oflags, unsigned flags, int *fd)
  * opener that failed may have removed it (unlink, then close) between our
  * open and our lock, and a pool formatted into a file without a name would
  * be lost.  Then -EAGAIN with *removed set: the caller opens path again.
+ * *st: the locked file's stat.
  */
 static int
-lock_named(int fd, const char *path, int exclusive, int *removed)
+lock_named(int fd, const char *path, int exclusive, struct stat *st, int *removed)
 {
-	struct stat st;
 	int ret = pma__lock(fd, path, exclusive);
 
-	if (ret || fstat(fd, &st) || st.st_nlink > 0)
+	if (ret)
 		return ret;
+	if (fstat(fd, st))
+		return pma__err(-errno, "stat %s: %s", path, strerror(errno));
+	if (st->st_nlink > 0)
+		return 0;
 	*removed = 1;
 	return pma__err(-EAGAIN, "%s was removed while it was being opened", path);
 }
@@ -177,7 +179,7 @@ open_or_create_once(const char *path, size_t size, unsigned flags, int *created,
 		close(fd);
 		return ret;
 	}
-	if (fd >= 0 && (ret = lock_named(fd, path, !rdonly, removed))) {
+	if (fd >= 0 && (ret = lock_named(fd, path, !rdonly, &st, removed))) {
 		close(fd);
 		return ret;
 	}
@@ -187,8 +189,7 @@ open_or_create_once(const char *path, size_t size, unsigned flags, int *created,
 	 * while its tmpfs pages were being allocated has its size and some of
 	 * its pages: it is an existing file, whose holes reserve_existing fills.)
 	 */
-	if (fd >= 0 && (!(flags & PMA_REGION_CREATE) || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
-			st.st_size != 0))
+	if (fd >= 0 && (!(flags & PMA_REGION_CREATE) || !S_ISREG(st.st_mode) || st.st_size != 0))
 		return rdonly ? fd : reserve_existing(fd, path);
 	if (!(flags & PMA_REGION_CREATE))
 		return pma__err(-ENOENT, "%s does not exist (create it or pass a size)", path);
@@ -207,12 +208,12 @@ open_or_create_once(const char *path, size_t size, unsigned flags, int *created,
 		 * Another process may have opened and locked the new file before
 		 * us: it sizes the file then, and we must not unlink it.
 		 */
-		if ((ret = lock_named(fd, path, 1, removed))) {
+		if ((ret = lock_named(fd, path, 1, &st, removed))) {
 			close(fd);
 			return ret;
 		}
 		/* ... or it did so, and closed it, before our lock: the file is its, as it left it. */
-		if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size != 0)
+		if (st.st_size != 0)
 			return reserve_existing(fd, path);
 	}
 	*created = 1;
