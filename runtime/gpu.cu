@@ -180,10 +180,15 @@ make_events(cudaEvent_t **ev, size_t want, size_t *made)
 	return 0;
 }
 
+static int preload_kernels(void);
+
 static int
 open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned nlayers,
 		size_t njobs)
 {
+	int ret = preload_kernels();
+	if (ret)
+		return ret;
 	CUDA_TRY(cudaHostRegister(g->host_base, g->size,
 			cudaHostRegisterMapped | cudaHostRegisterPortable));
 	g->registered = 1;
@@ -191,7 +196,7 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned
 	CUDA_TRY(cudaHostGetDevicePointer(&dev, g->host_base, 0));
 	g->dev_base = (char *)dev;
 	size_t made = 0;
-	int ret = make_events(&g->ready, nlayers, &made);
+	ret = make_events(&g->ready, nlayers, &made);
 	g->nready = (unsigned)made;
 	if (ret)
 		return ret;
@@ -615,6 +620,27 @@ hash_chunks(const struct hash_chunk *list, size_t n, struct xxh3_secret secret)
 		if (t == 0)
 			*list[c].out = pmck_xxh3_merge(all, len, sec);
 	}
+}
+
+/*
+ * Loads this library's kernels into the current device's context.  CUDA
+ * loads a kernel at its first launch (lazy loading, Linux's default since
+ * CUDA 12.2), and that load may synchronise the context: the first snapshot
+ * of a process waited for all the work queued on the GPU, the framework's
+ * included (on an H200, a snapshot on wait held up behind 300 ms of a side
+ * stream's work; tests/gpu_pipeline.c).  Called at open, which registers
+ * the region and allocates anyway, so no later copy, snapshot or hash waits
+ * for it.  Once per process and device the driver does the work; after it
+ * each call only looks the kernels up.
+ */
+static int
+preload_kernels(void)
+{
+	cudaFuncAttributes attr;
+	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)copy_to_host_memory));
+	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)copy_snapshot_pieces));
+	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)hash_chunks));
+	return 0;
 }
 
 extern "C" int

@@ -194,12 +194,12 @@ class _Recovery:
         if len(devs) != 1:
             return None
         dev = devs.pop()
-        newest = self._newest_sealed_slot()
-        if newest is None:
+        sealed = self._newest_sealed_slot()  # not `newest`: that is the callable above
+        if sealed is None:
             return None
         if dev.type == "cuda" and not self._map_for_loads({}, {}, dev) and mode == "auto":
             return None
-        k, step = newest
+        k, step = sealed
         s = self._h.store
         rows, ti = [], _lib.TensorInfo()  # (address in the slot, bytes, name, tensor, dtype, shape)
         for name, (_, dtype, shape, t) in want.items():
@@ -237,15 +237,18 @@ class _Recovery:
             # buffer and the small ones, if they fit beside them.
             for addr, n, name, t, dtype, shape in own:
                 placed[name] = (torch.empty(shape, dtype=dtype, device=dev), None, n)
-            if size and dev.type == "cuda" and mode == "auto":
-                free = sum(cuda_memory_free(dev))  # the driver's and torch's cache's
+            # Host tensors get here only forced ("always", tests): they count what the
+            # load makes as CUDA tensors do, and have no device memory to lack.
+            if size and (dev.type == "cuda" or mode == "always"):
                 made_small = sum(r[1] for r in rows if r[3] is None)
                 # what the load then makes on dev while the scratch buffer lives: tensors
                 # into= lacks, or (made) those not copied early
                 kept = set(targets) if not made else {r[2] for r in own + rows}
                 later = sum(n for name, _, d, _, n, _, _ in (newest() if newest else None) or ()
                             if name not in kept and _same_cuda_device(d, dev))
-                if size + made_small + later > free - free // 8:  # the training's memory first
+                free = sum(cuda_memory_free(dev)) if dev.type == "cuda" else None
+                if free is not None and mode == "auto" and \
+                        size + made_small + later > free - free // 8:  # the training's first
                     rows, runs, size = [], [], 0  # the small new tensors: after verification
                     if sum(r[1] for r in own) < _EARLY_MIN:
                         return None
