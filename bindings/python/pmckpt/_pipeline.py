@@ -686,7 +686,8 @@ class _Pipeline:
             return
         if self._pipe:
             lib.pmck_pipeline_delete(byref(self._pipe))
-        opts = _lib.PipelineOpts(self.threads, -1,
+        threads = self.threads if source == _lib.SOURCE_HOST else self._gpu_threads
+        opts = _lib.PipelineOpts(threads, -1,
                                  _lib.BUSY_SKIP if self.on_busy == "skip" else _lib.BUSY_WAIT,
                                  source, device,
                                  # every commit: the writer submits it; else _copy_out does
@@ -711,7 +712,7 @@ class _Pipeline:
                     "memory: a smaller gpu_snapshot_on_wait, or gpu_source='direct', leaves "
                     "it"), stacklevel=5)
         check(rc, "pipeline")
-        self._apply_policy(before, self.threads)
+        self._apply_policy(before, threads)
         self._pipe_source = want
 
     def _snapshot_bytes(self, source):

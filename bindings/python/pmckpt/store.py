@@ -199,6 +199,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         if group is not None and group is not False:
             self._join_group(group, rank, world_size, name)
         self.threads = threads or min(8, usable_cpus())
+        # A GPU source's writers each keep a piece crossing PCIe: 12 came closer to one
+        # pinned copy than 8 did, in saves and in training (docs/gpu.md, H200 2026-11-27).
+        self._gpu_threads = threads or min(12, usable_cpus())
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
         self.gpu_source = gpu_source

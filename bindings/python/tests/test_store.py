@@ -914,17 +914,20 @@ def test_threads_follow_affinity():
     env = os.environ.pop("PMCKPT_COPY_THREADS", None)  # it overrides the copies' count
     try:
         os.sched_setaffinity(0, {min(mask)})
-        one = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+        s = pmckpt.Store(name="aff", ramdisk=D)
+        one = (s.threads, s._gpu_threads, _copy._threads())
         os.sched_setaffinity(0, mask)
-        every = (pmckpt.Store(name="aff", ramdisk=D).threads, _copy._threads())
+        s = pmckpt.Store(name="aff", ramdisk=D)
+        every = (s.threads, s._gpu_threads, _copy._threads())
     finally:
         os.sched_setaffinity(0, mask)
         if env is not None:
             os.environ["PMCKPT_COPY_THREADS"] = env
-    if one != (1, 1):
-        return f"bound to one CPU: {one} threads (writers, copies), wanted 1 each"
-    if every != (min(8, len(mask)),) * 2:
-        return f"{len(mask)} CPUs: {every} threads, wanted {min(8, len(mask))} each"
+    if one != (1, 1, 1):
+        return f"bound to one CPU: {one} threads (writers, GPU writers, copies), wanted 1 each"
+    want = (min(8, len(mask)), min(12, len(mask)), min(8, len(mask)))
+    if every != want:
+        return f"{len(mask)} CPUs: {every} threads (writers, GPU writers, copies), wanted {want}"
 
 
 def test_host_load_leaves_cuda_alone():
