@@ -9,7 +9,7 @@
  *   sync   begin + write_all + commit of the whole state
  *   write()+fsync of the same bytes to a file on disk
  * GPU path (when a device is present): full checkpoints from device memory
- * through each strategy (--gpu-threads writers, default 8), against cudaMemcpy
+ * through each strategy (--gpu-threads writers, default 12), against cudaMemcpy
  * D2H of each tensor into ordinary pinned memory; for context also against the
  * same bytes as one copy, and against the copies into the registered region;
  * D and G again with device hashing (PMCK_GPU_HASH=device) against the same
@@ -365,7 +365,7 @@ main(int argc, char **argv)
 	double compute_ms = 10;
 	const char *dir = "/dev/shm", *disk = "/var/tmp";
 	int gpu_only = 0;
-	unsigned gpu_threads = 0; /* 0: 8, or the CPUs if fewer */
+	unsigned gpu_threads = 0; /* 0: 12 (Store's default), or the CPUs if fewer */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = (unsigned)atoi(argv[++i]);
@@ -666,7 +666,7 @@ main(int argc, char **argv)
 			{PMCK_SOURCE_GPU_STAGED, "gpu_staged"}, {PMCK_SOURCE_GPU_SNAPSHOT, "gpu_snapshot"},
 		};
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		unsigned gthreads = gpu_threads ? gpu_threads : cpus >= 8 ? 8 : (unsigned)cpus;
+		unsigned gthreads = gpu_threads ? gpu_threads : cpus >= 12 ? 12 : (unsigned)cpus;
 		double host_hash_tput[4];
 		uint64_t gstep = 100000;
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {

@@ -21,9 +21,9 @@ skips where there is no GPU):
           only flush) against the host's hashing, as speed (above 1: faster);
           also gpu_save_durable_device_hash_vs_pinned_d2h
   ratio: gpu_save_threads{N}_vs_default   the same Store.save with N writer
-          threads (--alt-threads, default 12) against the store's default
-          count (--threads), as speed: pmck-pipebench's D copied faster with 12
-          writers than with 8 on the H100 machines (16 cores)
+          threads (--alt-threads, default 8) against the store's default
+          count (--threads), as speed: 8 was the default until 12 saved faster
+          on the H200 (16 cores, 2026-11-27: 0.913 of pinned D2H against 0.793)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
   ratio: gpu_dcp_save_vs_store_save       dcp.save (synchronous) of the same CUDA
@@ -227,7 +227,7 @@ def main():
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--threads", type=int, default=0,
                     help="the stores' writer threads (Store(threads=); 0: its default)")
-    ap.add_argument("--alt-threads", type=int, default=12,
+    ap.add_argument("--alt-threads", type=int, default=8,
                     help="a third store's writer threads, saved in turn with the others "
                          "(0: none)")
     ap.add_argument("--call-reps", type=int, default=20,
