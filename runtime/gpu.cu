@@ -636,10 +636,22 @@ hash_chunks(const struct hash_chunk *list, size_t n, struct xxh3_secret secret)
 static int
 preload_kernels(void)
 {
-	cudaFuncAttributes attr;
-	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)copy_to_host_memory));
-	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)copy_snapshot_pieces));
-	CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)hash_chunks));
+	const void *kernels[] = {(const void *)copy_to_host_memory,
+			(const void *)copy_snapshot_pieces, (const void *)hash_chunks};
+	for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++) {
+		cudaFuncAttributes attr;
+		cudaError_t e = cudaFuncGetAttributes(&attr, kernels[i]);
+		/*
+		 * A GPU this build has no code for (before sm_90): the copies
+		 * by DMA still work there, and a launch says so itself.
+		 */
+		if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+			(void)cudaGetLastError();
+			continue;
+		}
+		if (e != cudaSuccess)
+			return cuda_fail(e, "cudaFuncGetAttributes (loading the library's kernels)");
+	}
 	return 0;
 }
 

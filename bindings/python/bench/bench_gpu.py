@@ -298,7 +298,9 @@ def main():
     bench_train.restore_env(old_env)
     save_dh, save_alt = [], []
     alt = None
-    if a.alt_threads:
+    # the writers a store of a.threads uses for this device: none to compare if alike
+    mine = sd._gpu_threads if dev.type == "cuda" else sd.threads
+    if a.alt_threads and a.alt_threads != mine:
         alt = pmckpt.Store(name="bench-gpu-alt", ramdisk=d, threads=a.alt_threads)
         alt.save(st, 1)
     with sd, alt or contextlib.nullcontext(), \

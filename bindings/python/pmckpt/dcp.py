@@ -150,7 +150,7 @@ def _recipe(store):
     return {"path": store.path, "name": name,
             "ramdisk": store._ramdisk_given, "sharing": store.sharing,
             "shared_dir": store.shared_dir, "keep": store.keep, "rank": store.rank,
-            "world_size": store.world_size, "threads": store.threads,
+            "world_size": store.world_size, "threads": store._threads_given,
             "meta_capacity": store.meta_capacity, "gpu_source": store.gpu_source,
             "gpu_snapshot_on_wait": store.gpu_snapshot_on_wait,
             "size": store.size or None, "group": group}

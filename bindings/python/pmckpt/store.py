@@ -198,6 +198,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.node = node
         if group is not None and group is not False:
             self._join_group(group, rank, world_size, name)
+        self._threads_given = threads  # 0: the defaults below, chosen again where reopened
         self.threads = threads or min(8, usable_cpus())
         # A GPU source's writers each keep a piece crossing PCIe: 12 came closer to one
         # pinned copy than 8 did, in saves and in training (docs/gpu.md, H200 2026-11-27).
