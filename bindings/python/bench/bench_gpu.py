@@ -23,7 +23,7 @@ skips where there is no GPU):
   ratio: gpu_save_threads{N}_vs_default   the same Store.save with N writer
           threads (--alt-threads, default 8) against the store's default
           count (--threads), as speed: 8 was the default until 12 saved faster
-          on the H200 (16 cores, 2026-11-27: 0.913 of pinned D2H against 0.793)
+          on the H200 (16 cores, 2026-11-27: 0.909-0.918 of pinned D2H against 0.793)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
   ratio: gpu_dcp_save_vs_store_save       dcp.save (synchronous) of the same CUDA
@@ -47,7 +47,9 @@ skips where there is no GPU):
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
 it: recovery's verification of the slot on the CPU (bench: gpu_load_verify),
 or the copies that cross meanwhile (bench: gpu_load_early_copies, GPU time);
-above 1 the CPU's hashing is the bound (LoadPhases).
+above 1 the CPU's hashing is the bound (LoadPhases).  bench: gpu_load_before_early_copies
+and gpu_load_after_verify time the load's two ends around them (wall time): what the
+load spends beyond the longer of the two.
 
 bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
 every step: a step's time without checkpoints (gpu_train_step_none_b8) against
@@ -119,14 +121,32 @@ class LoadPhases:
     stream, idle before each timed load) and recovery's verification of the
     slot on the CPU (_recover: wall time).  The load takes about the longer
     of the two plus the rest (the metadata, the copy out of the scratch
-    buffer): which one bounds it is what the ratio of the two says.  Wraps
-    the store's private methods, as call_cost drops its memo: this
-    benchmark's only uses of them."""
+    buffer): which one bounds it is what the ratio of the two says.  Also
+    the two ends of the load, wall time: from its call until the early
+    copies begin (into='s encoding), and from the end of verification
+    until it returns, its copies waited for (the metadata, the copy out of
+    the scratch buffer, early copies not yet landed).  Wraps the store's
+    load and private methods, as call_cost drops its memo: this benchmark's
+    only uses of them."""
 
     def __init__(self, store, dev):
         self.verify, self.copies, self.setup, self._events = [], [], [], []
+        self.before, self.after, self._marks = [], [], {}
         self.on = False
-        recover, early = store._recover, store._start_early_copies
+        load, recover, early = store.load, store._recover, store._start_early_copies
+
+        def timed_load(*args, **kw):
+            if not self.on:
+                return load(*args, **kw)
+            m = self._marks = {"start": time.perf_counter()}
+            out = load(*args, **kw)
+            sync(dev)
+            m["end"] = time.perf_counter()
+            if "early" in m:
+                self.before.append(m["early"] - m["start"])
+            if "verified" in m:
+                self.after.append(m["end"] - m["verified"])
+            return out
 
         def timed_recover(*args):  # fresh buffers (a load into new tensors), if any
             t0 = time.perf_counter()
@@ -134,14 +154,15 @@ class LoadPhases:
                 return recover(*args)
             finally:
                 if self.on:
-                    self.verify.append(time.perf_counter() - t0)
+                    self._marks["verified"] = time.perf_counter()
+                    self.verify.append(self._marks["verified"] - t0)
 
         def timed_early(targets, **kw):
             if not self.on or dev.type != "cuda":
                 return early(targets, **kw)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            t0 = time.perf_counter()
+            t0 = self._marks["early"] = time.perf_counter()
             out = early(targets, **kw)
             e1.record()
             if out is not None:  # None: the load copies after verification, as before
@@ -150,7 +171,8 @@ class LoadPhases:
                 self.setup.append(time.perf_counter() - t0)
             return out
 
-        store._recover, store._start_early_copies = timed_recover, timed_early
+        store.load, store._recover, store._start_early_copies = \
+            timed_load, timed_recover, timed_early
 
     def report(self):
         if self._events:
@@ -166,6 +188,12 @@ class LoadPhases:
         if self.verify and self.copies:
             print(f"ratio: gpu_load_verify_vs_early_copies "
                   f"{med(self.verify) / med(self.copies):.3f}")
+        if self.before:
+            print(f"bench: gpu_load_before_early_copies {med(self.before) * 1e3:.2f} ms "
+                  "(into='s encoding, until the early copies begin)")
+        if self.after:
+            print(f"bench: gpu_load_after_verify {med(self.after) * 1e3:.2f} ms (from the end "
+                  "of verification until the load returns, its copies waited for)")
 
 
 def call_cost(dev, a):
