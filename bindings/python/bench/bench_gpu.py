@@ -23,7 +23,8 @@ skips where there is no GPU):
   ratio: gpu_save_threads{N}_vs_default   the same Store.save with N writer
           threads (--alt-threads, default 8) against the store's default
           count (--threads), as speed: 8 was the default until 12 saved faster
-          on the H200 (16 cores, 2026-11-27: 0.909-0.918 of pinned D2H against 0.793)
+          on the H200 (16 cores, 2026-11-27: 0.904-0.911 of pinned D2H against
+          0.779-0.793)
   ratio: gpu_stall_vs_dcp_async           the time save_async blocks the caller,
           against dcp.async_save's (the training thread's stall)
   ratio: gpu_dcp_save_vs_store_save       dcp.save (synchronous) of the same CUDA
