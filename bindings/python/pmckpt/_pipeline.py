@@ -444,11 +444,14 @@ class _Pipeline:
                                blob_capacity(len(blob) + prep.extra_capacity,
                                              self.meta_capacity))
             if len(blob) + prep.extra_capacity > layout.capacity():
+                # DCP's commit writes its Metadata there too: its room counts (dcp.py)
+                dcp_room = (f", and DCP's metadata {prep.extra_capacity} more"
+                            if prep.extra_capacity else "")
                 raise MetadataTooLargeError(
-                    f"the state_dict's non-tensor values take {len(blob)} bytes of metadata; "
-                    f"store '{self.name}' has room for {layout.capacity()} (fixed at its first "
-                    "save: pass a larger meta_capacity= to a new store, or keep large values "
-                    "in tensors)")
+                    f"the state_dict's non-tensor values take {len(blob)} bytes of "
+                    f"metadata{dcp_room}; store '{self.name}' has room for "
+                    f"{layout.capacity()} (fixed at its first save: pass a larger "
+                    "meta_capacity= to a new store, or keep large values in tensors)")
             self._open_write(layout)
             self._ensure_global()
             entries = prep.entries

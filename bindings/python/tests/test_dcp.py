@@ -162,9 +162,10 @@ def test_metadata_room():
             if len(built) != 2:
                 return f"a save of another shape did not measure its metadata ({built})"
             big = {"w": many, "note": "x" * (8 << 20)}
-            T.raises("values beyond the store's room: the save fails", BaseException,
+            T.raises("values beyond the store's room: the save fails, saying what DCP's "
+                     "metadata adds", BaseException,
                      lambda: dcp.save(big, storage_writer=W(s), checkpoint_id=5),
-                     match="non-tensor values")
+                     match="bytes of metadata, and DCP's metadata")
     finally:
         W._global_metadata = real
     got = {"w": {k: torch.zeros(3) for k in many}, "note": None, "more": None}
