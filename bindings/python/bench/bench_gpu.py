@@ -31,7 +31,10 @@ skips where there is no GPU):
           state through pmckpt.dcp.StorageWriter into the same store, against
           Store.save, as speed (goal: the same bandwidth, 1.0); and
           gpu_dcp_save_pmckpt_vs_filesystem, the same call against dcp.save's own
-          FileSystemWriter into a directory on the same tmpfs
+          FileSystemWriter into a directory on the same tmpfs; and
+          gpu_dcp_save_cached_plan_vs_store_save, dcp.save with DCP's plan caching
+          (DefaultSavePlanner(enable_plan_caching=True): the plans of the first
+          save reused), where torch has it
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
           like GPT-2 medium's with AdamW (1174 small tensors), against the same
           call without the store's memo of its previous save (call_cost); and
@@ -316,7 +319,13 @@ def main():
     d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
     load_new, load_new_late, load_new_early = [], [], []
-    dcp_save, dcp_fs_save = [], []
+    dcp_save, dcp_fs_save, dcp_cached_save = [], [], []
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    try:
+        DefaultSavePlanner(enable_plan_caching=True)
+        caching = True
+    except TypeError:  # a torch before DCP's plan caching
+        caching = False
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
     # The same saves with device hashing (the GPU hashes the sources; the library
@@ -338,6 +347,10 @@ def main():
         turns = [(s, save), (sd, save_dh)] + ([(alt, save_alt)] if alt else [])
         phases = LoadPhases(s, dev)
         step = 1
+        if caching:  # DCP's plan cache filled once: the timed saves with it reuse its plans
+            step += 1
+            dcp.save(st, storage_writer=pmckpt.dcp.StorageWriter(s, step=step),
+                     planner=DefaultSavePlanner(enable_plan_caching=True))
         for rep in range(a.reps):
             d2h_t.append(timed(d2h, dev))
             d2h_flat_t.append(timed(d2h_flat, dev))
@@ -378,6 +391,11 @@ def main():
             fs = os.path.join(d, f"dcpfs{step}")
             dcp_fs_save.append(timed(lambda: dcp.save(st, checkpoint_id=fs), dev))
             subprocess.run(["rm", "-rf", fs])
+            if caching:
+                step += 1
+                dcp_cached_save.append(timed(lambda: dcp.save(
+                    st, storage_writer=pmckpt.dcp.StorageWriter(s, step=step),
+                    planner=DefaultSavePlanner(enable_plan_caching=True)), dev))
     # The state, its host copies and the baselines' buffers freed before the training runs
     # (their processes need the device memory); the figures below need only the times.
     flat_dev = flat_host = st = host = None
@@ -414,6 +432,10 @@ def main():
     print(f"bench: gpu_dcp_save_filesystem {nbytes / med(dcp_fs_save) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_dcp_save_vs_store_save {med(save) / med(dcp_save):.3f}")
     print(f"ratio: gpu_dcp_save_pmckpt_vs_filesystem {med(dcp_fs_save) / med(dcp_save):.3f}")
+    if dcp_cached_save:
+        print(f"bench: gpu_dcp_save_cached_plan {nbytes / med(dcp_cached_save) / 1e9:.2f} GB/s")
+        print(f"ratio: gpu_dcp_save_cached_plan_vs_store_save "
+              f"{med(save) / med(dcp_cached_save):.3f}")
     subprocess.run(["rm", "-rf", d])
     call_cost(dev, a)
     if a.no_train:
