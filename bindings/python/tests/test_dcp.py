@@ -218,6 +218,16 @@ def test_plan_caching():
         pmckpt.dcp.StorageWriter.prepare_local_plan = real
     if empty != [False, True, False, True, True]:
         return f"plans sent empty, per save: {empty} (wanted the 2nd, 4th and 5th)"
+    # One rank: a new store's first save with DCP's cache already holding the plan works
+    # (no replicas to restore; the metadata's room is that of the plan DCP cached)
+    with pmckpt.Store(name="dcp-cached2", ramdisk=D) as s:
+        dcp.save(state, storage_writer=pmckpt.dcp.StorageWriter(s, step=1),
+                 planner=DefaultSavePlanner(enable_plan_caching=True))
+        got = {"w": {k: torch.zeros(4, 3) for k in state["w"]}, "note": None, "more": None}
+        dcp.load(got, storage_reader=pmckpt.dcp.StorageReader(s))
+        r = same(state, got)
+        if r:
+            return f"a second store: {r}"
 
 
 def test_collector_paused():
@@ -432,7 +442,7 @@ T.run("one rank: the global metadata built only to size its room, once per shape
       "tensors save and load; values beyond the room fail early, the previous step kept",
       test_metadata_room)
 T.run("DCP's plan caching: five saves, plans sent empty from the second on but after a value "
-      "added; each step loads bit-exact", test_plan_caching)
+      "added; each step loads bit-exact, and a second store's first save", test_plan_caching)
 T.run("the collector paused in the writer's and reader's calls, on again after",
       test_collector_paused)
 T.run("the DCP checkpoint was copied out as safetensors", test_copyout_file)
