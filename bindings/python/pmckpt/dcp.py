@@ -185,11 +185,6 @@ def _several_ranks(store):
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-_CACHED_ELSEWHERE = ("dcp.save with DCP's plan caching: {what} is one DCP cached before store "
-                     "'{store}' saw it (another store saved with a caching planner in this "
-                     "process?); save once with DefaultSavePlanner(enable_plan_caching=False)")
-
-
 class StorageWriter(_storage.StorageWriter):
     """Writes each rank's part of a DCP checkpoint into that rank's pmckpt.Store.
 
@@ -248,13 +243,20 @@ class StorageWriter(_storage.StorageWriter):
         return StorageMeta(checkpoint_id=f"pmckpt:{self.store.name}", save_id=self.save_id)
 
     def prepare_local_plan(self, plan):
-        # Before DCP's deduplication drops replicas.  With DCP's plan caching
-        # (DefaultSavePlanner(enable_plan_caching=True)) a plan unchanged since the last
-        # save comes empty (usable=False): the items are those this store saw then.
-        if getattr(plan, "usable", True):
-            self._local_items = self.store.__dict__["_dcp_local_items"] = list(plan.items)
-        else:
-            self._local_items = self.store.__dict__.get("_dcp_local_items")
+        # With DCP's plan caching (DefaultSavePlanner(enable_plan_caching=True)) a plan
+        # unchanged since the planner's last save comes empty (usable=False), and the rank
+        # writes the final plan DCP cached.  One rank: that plan is whole, nothing to add.
+        # Several: this rank's items DCP's deduplication gave another rank (replicas that
+        # every rank's store holds) and the whole global plans for the metadata are known
+        # only to DCP's private caches: refused by name, before anything is planned.
+        if not getattr(plan, "usable", True) and _several_ranks(self.store):
+            err = Error("pmckpt.dcp.StorageWriter on several ranks does not support DCP's "
+                        "plan caching (DefaultSavePlanner(enable_plan_caching=True)): save "
+                        "with enable_plan_caching=False, the default; nothing was written")
+            if self._pending is not None and not self._pending.settled:
+                self._pending.release(err)  # a zero-copy save: its hooks go on
+            raise err
+        self._local_items = list(plan.items)  # before DCP's deduplication drops replicas
         return plan
 
     def prepare_global_plan(self, plans):
@@ -268,18 +270,10 @@ class StorageWriter(_storage.StorageWriter):
 
     def _prepare_global_plan(self, plans):
         single = len(plans) == 1
-        if not all(getattr(p, "usable", True) for p in plans):
-            # DCP's plan caching: each unchanged rank (an empty plan, usable=False) writes
-            # the final plan DCP cached, with the global metadata attached to it then; the
-            # changed ones take metadata built from every rank's whole plan (_cached_plans).
-            if single or not any(getattr(p, "usable", True) for p in plans):
-                return plans
-            blob = pickle.dumps(self._global_metadata(self._cached_plans(plans)))
-            return [dataclasses.replace(p, storage_data=_GlobalPlan(i, len(plans), blob,
-                                                                    len(blob)))
-                    for i, p in enumerate(plans)]
-        if not single:
-            self._cached_plans(plans)  # remembered for saves with DCP's plan caching
+        if single and not getattr(plans[0], "usable", True):
+            # DCP's plan caching, one rank (several refuse it: prepare_local_plan): the rank
+            # writes the final plan DCP cached, with the global plan attached to it then
+            return plans
         if single and self.is_coordinator:
             # One rank: it stores the Metadata DCP hands finish(), so none is built here;
             # only its size is needed now, for the room the commit takes.
@@ -303,22 +297,6 @@ class StorageWriter(_storage.StorageWriter):
                 md.storage_data[item.index] = (r, _key(item.index))
         md.storage_meta = self.storage_meta()
         return md
-
-    def _cached_plans(self, plans):
-        """Every rank's whole global plan: those given, and for a rank whose plan DCP's
-        plan caching sent empty, the one this store's coordinator saw last (DCP's cache
-        holds the same: it caches a rank's plan when it changes).  Error if one is
-        missing (DCP cached it for another store in this process): nothing is written."""
-        seen = self.store.__dict__.setdefault("_dcp_global_plans", {})
-        whole = []
-        for i, p in enumerate(plans):
-            if getattr(p, "usable", True):
-                seen[(i, len(plans))] = p
-            elif (i, len(plans)) not in seen:
-                raise Error(_CACHED_ELSEWHERE.format(what=f"rank {i}'s plan",
-                                                     store=self.store.name))
-            whole.append(seen[(i, len(plans))])
-        return whole
 
     def _metadata_size(self, plans):
         """The pickled global Metadata's size, measured (built and pickled) once per
@@ -372,13 +350,9 @@ class StorageWriter(_storage.StorageWriter):
         self._fit_rank(g.rank, g.world_size)
         tensors, byts, results, names, seen = {}, {}, [], {}, {}
         planned = {item.index for item in plan.items}
-        local = self._local_items
-        if local is None and g.world_size > 1:  # replicas DCP left to another rank: unknown
-            raise Error(_CACHED_ELSEWHERE.format(what="this rank's plan", store=self.store.name))
-        local = local or ()
-        extra = [it for it in local if it.index not in planned]
+        extra = [it for it in (self._local_items or []) if it.index not in planned]
         # in local-plan order, so that names do not depend on what deduplication kept here
-        pos = {it.index: i for i, it in enumerate(local)}
+        pos = {it.index: i for i, it in enumerate(self._local_items or ())}
         items = sorted(list(plan.items) + extra, key=lambda it: pos.get(it.index, len(pos)))
         resolve = _resolver(planner)
         for item in items:
