@@ -230,14 +230,19 @@ class StorageWriter(_storage.StorageWriter):
         if kwargs.get("use_collectives") is False and _several_ranks(self.store):
             # Each rank would plan alone, as rank 0 of 1, and the coordinator's metadata
             # would name its own items only: no rank could load the others'.
-            err = Error("pmckpt.dcp.StorageWriter: dcp.save(use_collectives=False) on several "
-                        "ranks is not supported (each rank would write a checkpoint of its "
-                        "own plan alone); save with use_collectives=True, the default")
-            if self._pending is not None and not self._pending.settled:
-                self._pending.release(err)  # a zero-copy save: its hooks go on
-            raise err
+            self._refuse("pmckpt.dcp.StorageWriter: dcp.save(use_collectives=False) on "
+                         "several ranks is not supported (each rank would write a checkpoint "
+                         "of its own plan alone); save with use_collectives=True, the default")
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank", self.rank)
+
+    def _refuse(self, message):
+        """Raises Error(message) for a save refused before its plan: a zero-copy save's
+        pending mark released first, so that its hooks go on."""
+        err = Error(message)
+        if self._pending is not None and not self._pending.settled:
+            self._pending.release(err)
+        raise err
 
     def storage_meta(self):
         return StorageMeta(checkpoint_id=f"pmckpt:{self.store.name}", save_id=self.save_id)
@@ -250,12 +255,9 @@ class StorageWriter(_storage.StorageWriter):
         # every rank's store holds) and the whole global plans for the metadata are known
         # only to DCP's private caches: refused by name, before anything is planned.
         if not getattr(plan, "usable", True) and _several_ranks(self.store):
-            err = Error("pmckpt.dcp.StorageWriter on several ranks does not support DCP's "
-                        "plan caching (DefaultSavePlanner(enable_plan_caching=True)): save "
-                        "with enable_plan_caching=False, the default; nothing was written")
-            if self._pending is not None and not self._pending.settled:
-                self._pending.release(err)  # a zero-copy save: its hooks go on
-            raise err
+            self._refuse("pmckpt.dcp.StorageWriter on several ranks does not support DCP's "
+                         "plan caching (DefaultSavePlanner(enable_plan_caching=True)): save "
+                         "with enable_plan_caching=False, the default; nothing was written")
         self._local_items = list(plan.items)  # before DCP's deduplication drops replicas
         return plan
 
