@@ -237,8 +237,8 @@ class _Recovery:
             # buffer and the small ones, if they fit beside them.
             for addr, n, name, t, dtype, shape in own:
                 placed[name] = (torch.empty(shape, dtype=dtype, device=dev), None, n)
-            # Host tensors get here only forced ("always", tests): they count what the
-            # load makes as CUDA tensors do, and have no device memory to lack.
+            # In "auto" only CUDA tensors get here; host tensors only forced ("always",
+            # tests), which count what the load makes but never drop the scratch buffer.
             if size and (dev.type == "cuda" or mode == "always"):
                 made_small = sum(r[1] for r in rows if r[3] is None)
                 # what the load then makes on dev while the scratch buffer lives: tensors
@@ -246,9 +246,9 @@ class _Recovery:
                 kept = set(targets) if not made else {r[2] for r in own + rows}
                 later = sum(n for name, _, d, _, n, _, _ in (newest() if newest else None) or ()
                             if name not in kept and _same_cuda_device(d, dev))
-                free = sum(cuda_memory_free(dev)) if dev.type == "cuda" else None
-                if free is not None and mode == "auto" and \
-                        size + made_small + later > free - free // 8:  # the training's first
+                free = sum(cuda_memory_free(dev)) if mode == "auto" else 0
+                if mode == "auto" and size + made_small + later > free - free // 8:
+                    # the training's memory first
                     rows, runs, size = [], [], 0  # the small new tensors: after verification
                     if sum(r[1] for r in own) < _EARLY_MIN:
                         return None
