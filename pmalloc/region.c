@@ -58,7 +58,7 @@ on_tmpfs(int fd)
  * the first store to a hole.  Not for devices, and a file system that
  * cannot fallocate keeps the old behaviour.  A tmpfs file in which
  * SEEK_HOLE finds no hole before the end is left as it is, since fallocate
- * would only walk its pages (40-60 ms per GiB on the 2-core dev VM, at every
+ * would only walk its pages (38-44 ms per GiB on the 2-core dev VM, at every
  * restart from a ramdisk; SEEK_HOLE 13-15 ms).  tmpfs reports a page that
  * fallocate reserved but nothing wrote as a hole, which only costs that
  * fallocate.  Only tmpfs: a file system without SEEK_HOLE of its own calls
