@@ -142,7 +142,7 @@ ifeq ($(CUDA),1)
 ifeq ($(CONFIG_LOADED)$(NVCC),1)
 $(error CUDA=1 but no nvcc found: set NVCC=/path/to/nvcc)
 endif
-RUNTIME_OBJ += $(BUILD)/runtime/gpu.o
+RUNTIME_OBJ += $(BUILD)/runtime/gpu.o $(BUILD)/runtime/gpu_checksum.o
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 LDLIBS  += $(CUDA_LIBS)
 CFLAGS  += -DPMCK_HAVE_CUDA -I$(CUDA_HOME)/include
@@ -211,8 +211,12 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h runtime/xxh3_long.h include/pmckpt.h common/errmsg.h \
-		$(FLAGS_STAMP)
+$(BUILD)/runtime/gpu.o: runtime/gpu.cu runtime/gpu.h runtime/gpu_cuda.h runtime/xxh3_long.h \
+		include/pmckpt.h common/errmsg.h $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+$(BUILD)/runtime/gpu_checksum.o: runtime/gpu_checksum.cu runtime/gpu_cuda.h runtime/xxh3_long.h \
+		runtime/xxh3_short.h include/pmckpt.h common/errmsg.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 

@@ -291,6 +291,51 @@ int pmck_store_recover(struct pmck_store *s, struct pmck_recovery *info);
 int pmck_store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info);
 
 /*
+ * Checksums the caller computed from its own copy of one slot's tensors,
+ * for pmck_store_recover_given: a load onto a GPU copies the newest slot's
+ * tensors to the device and hashes the copies there (pmck_gpu_hasher),
+ * so the CPU need not read those bytes of the region at all.
+ */
+struct pmck_given_checksums {
+	unsigned slot;      /* the slot the bytes were copied from (0 or 1) */
+	uint64_t step;      /* the step that slot was sealed with when they were copied */
+	size_t n;           /* how many tensors */
+	const size_t *idx;  /* their indexes (pmck_store_find), each once */
+	/*
+	 * csum[j]: pmck_tensor_checksum of the copy of tensor idx[j], in the
+	 * caller's memory.  With fill NULL the caller has filled it; else
+	 * recovery calls fill(arg, csum, n) once, when it reaches that slot,
+	 * after hashing the slot's other tensors on the CPU (so that its pass
+	 * overlaps the caller's copies and hashes): pmck_gpu_hasher_fill, with
+	 * the hasher as arg.  fill returning nonzero: the checksums are
+	 * not used, and recovery hashes those tensors of the region itself.
+	 */
+	uint64_t *csum;
+	int (*fill)(void *arg, uint64_t *csum, size_t n);
+	void *arg;
+};
+
+/*
+ * pmck_store_recover_given -- pmck_store_recover_into (dst may be NULL:
+ * pmck_store_recover), with the checksums of some tensors of one slot
+ * given (*given), not computed from the region: when recovery verifies
+ * slot given->slot, still sealed with given->step, each of those tensors
+ * is compared with given->csum[j] instead of being hashed (and, with dst,
+ * copied from the region all the same).  A given checksum that differs
+ * from the stored one rejects the slot, as a failed hash would.  The
+ * other slot, and that slot once sealed with another step, are verified
+ * in full.  The caller vouches that its copies were taken from that slot
+ * after its seal; the region's own bytes of those tensors are not read,
+ * so damage that reached them after the copy shows at the next recovery
+ * that hashes them, not at this one.
+ * Errors: those of pmck_store_recover; -EINVAL (given NULL, a slot other
+ * than 0 or 1, an index out of range or given twice, csum or idx NULL
+ * with n > 0).
+ */
+int pmck_store_recover_given(struct pmck_store *s, void *const *dst,
+		const struct pmck_given_checksums *given, struct pmck_recovery *info);
+
+/*
  * pmck_store_tensor_data -- read-only address of tensor idx in the
  * recovered checkpoint; NULL before a successful recover or for a bad idx.
  * Valid until the second begin after recover (the first writes the other slot).
@@ -620,6 +665,58 @@ void pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st
  * without CUDA", "no CUDA driver", "no CUDA device").
  */
 int pmck_gpu_available(int device);
+
+/*
+ * pmck_gpu_hasher -- pmckpt's checksum (pmck_tensor_checksum) of buffers
+ * in device memory, computed by the GPU: XXH3-64 of each PMCK_HASH_CHUNK
+ * chunk, a warp per chunk, on a stream of the hasher's own (made
+ * cudaStreamNonBlocking), the chunks' values then combined on the host.
+ * For a load that verifies its copies where they landed
+ * (pmck_store_recover_given).  One thread at a time per hasher.
+ */
+struct pmck_gpu_hasher;
+
+/*
+ * pmck_gpu_hasher_new -- a hasher for CUDA device `device`: a stream, an
+ * event and pinned, mapped lists (grown as needed).  The calling thread's
+ * current device is left as it was.  The caller owns *out
+ * (pmck_gpu_hasher_delete).
+ * Errors: -ENODEV (built without CUDA, no driver or no such device), -ENOMEM, -EIO.
+ */
+int pmck_gpu_hasher_new(int device, struct pmck_gpu_hasher **out);
+
+/*
+ * pmck_gpu_hasher_add -- queues the checksums of n buffers of the hasher's
+ * device, srcs[i] of lens[i] bytes (device memory, each starting 8-byte
+ * aligned; a buffer of 0 bytes may be anything), on the hasher's stream
+ * after the work queued so far on `stream` (a cudaStream_t of that device;
+ * NULL: its legacy default stream), such as the caller's copies into them:
+ * the host does not wait.  The buffers must not change, nor be freed,
+ * until pmck_gpu_hasher_wait returns.  Their checksums are the next n
+ * values that pmck_gpu_hasher_wait gives, in this order.
+ * Errors (nothing of this call is queued): -EINVAL (h NULL, srcs or lens
+ * NULL with n > 0, a buffer not 8-aligned or not device memory of the
+ * hasher's device), -ENOMEM; -EIO (CUDA failed: the buffers added since
+ * the last wait are lost, and that wait says so).
+ */
+int pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n,
+		const void *const *srcs, const uint64_t *lens);
+
+/*
+ * pmck_gpu_hasher_wait -- waits (host) for the hashes queued since the last
+ * wait and stores their checksums in out[0..n), in the order added; n must
+ * be how many buffers were added.  out NULL (with n 0): waits and drops them.
+ * Afterwards the hasher is empty, also after an error other than -EINVAL.
+ * Errors: -EINVAL (h NULL, or n not the buffers added: nothing waited for
+ * nor dropped), -EIO (CUDA failed, now or in an add since the last wait).
+ */
+int pmck_gpu_hasher_wait(struct pmck_gpu_hasher *h, uint64_t *out, size_t n);
+
+/* pmck_gpu_hasher_fill -- pmck_gpu_hasher_wait(hasher, csum, n), in the shape of pmck_given_checksums.fill. */
+int pmck_gpu_hasher_fill(void *hasher, uint64_t *csum, size_t n);
+
+/* pmck_gpu_hasher_delete -- waits for what is queued, frees *h and sets it NULL; NULL is fine. */
+void pmck_gpu_hasher_delete(struct pmck_gpu_hasher **h);
 
 /* What this library was built with (pmck_build_info). */
 struct pmck_build_info {

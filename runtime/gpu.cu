@@ -12,31 +12,15 @@
  * (one per writer thread, one for snapshots), ordered after the caller's
  * work by events, never by a device synchronisation (see gpu.h).
  */
-#include <cuda_runtime.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_cuda.h"
 extern "C" {
-#include "pmckpt.h"
-#include "errmsg.h"
 #include "gpu.h"
-const uint8_t *pmck__xxh3_secret(void); /* checksum.c: libxxhash's XXH3_kSecret */
 }
 
 #define HASH_STREAMS 4 /* puts hashed side by side: a put's kernels go to event % 4 */
-
-/* XXH3's secret, passed to the hash kernel by value (kernel parameters live in constant memory). */
-struct xxh3_secret {
-	uint8_t b[PMCK_XXH3_SECRET_SIZE];
-};
-
-/* One chunk to hash: read by the kernel in place, from mapped pinned memory. */
-struct hash_chunk {
-	const uint64_t *src;
-	uint64_t len;
-	uint64_t *out;
-};
 
 struct pmck_gpu {
 	int device;
@@ -60,14 +44,13 @@ struct pmck_gpu {
 	cudaEvent_t copies_read;       /* the last list copied to the device */
 	int snap_blocks;               /* the snapshot kernel's grid: 4 blocks per SM */
 	/* Device hashing (pmck__gpu_hash_open): lists and results in mapped pinned memory */
-	struct hash_chunk *hash_list, *hash_list_dev;
+	struct pmck_hash_chunk *hash_list, *hash_list_dev;
 	uint64_t *hash_results, *hash_results_dev;
 	size_t nhash, hash_used;       /* room, and used by this checkpoint's puts */
 	cudaStream_t hash_stream[HASH_STREAMS];
 	cudaEvent_t *hashed;           /* per hash kernel (its first layer): it is done */
 	unsigned nhashed;
 	int hash_blocks;               /* the hash kernel's grid at most: 16 warps per SM */
-	struct xxh3_secret secret;
 };
 
 /* One piece of a snapshot: at most PMCK_GPU_SNAP_PIECE bytes, one thread block's work. */
@@ -83,69 +66,6 @@ struct pmck_gpu_stream {
 	cudaEvent_t sub[PMCK_GPU_MAX_SUB];
 	unsigned nsub;
 };
-
-/*
- * Reports a failed runtime call.  It also consumes the thread's last error,
- * which the call set: otherwise the next launch's cudaGetLastError on this
- * thread (a writer's next checkpoint, say) would report it again as its own.
- * A sticky error (the context is lost) stays for every later call anyway.
- */
-static int
-cuda_fail(cudaError_t e, const char *what)
-{
-	(void)cudaGetLastError();
-	int code = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-			e == cudaErrorInvalidDevice || e == cudaErrorInitializationError ?
-			-ENODEV : e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
-	return pmck__err(code, "GPU path: %s failed: %s (%s)", what, cudaGetErrorName(e),
-			cudaGetErrorString(e));
-}
-
-#define CUDA_TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail(e_, #call); } while (0)
-
-/*
- * A kernel launch reports its own failure only through cudaGetLastError, which
- * returns any earlier unconsumed error of the thread too (one that a cleanup
- * call ignored): cleared before each launch, so what is read after it is the
- * launch's.  cudart is linked statically, so that error state is this
- * library's own: the framework's errors are not in it.
- */
-#define LAUNCH(kernel, grid, block, stream, ...) do { (void)cudaGetLastError(); \
-	kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
-	cudaError_t e_ = cudaGetLastError(); \
-	if (e_ != cudaSuccess) return cuda_fail(e_, #kernel " launch"); } while (0)
-
-/*
- * Makes `device` current for a scope and restores the caller's device at
- * its end: calls made on the caller's thread (put_layer, its waits) must
- * not change which device the framework's next call lands on.
- */
-struct device_scope {
-	int prev = -1;
-	bool changed = false;
-	cudaError_t err;
-	explicit device_scope(int device)
-	{
-		err = cudaGetDevice(&prev);
-		if (err == cudaSuccess && prev != device) {
-			err = cudaSetDevice(device);
-			changed = err == cudaSuccess;
-		}
-	}
-	~device_scope()
-	{
-		if (changed)
-			cudaSetDevice(prev);
-	}
-};
-
-#define DEVICE_SCOPE(g) device_scope scope_((g)->device); CUDA_TRY(scope_.err)
-
-static cudaStream_t
-caller_stream(void *stream)
-{
-	return stream ? (cudaStream_t)stream : cudaStreamLegacy;
-}
 
 extern "C" int
 pmck__gpu_build_version(void)
@@ -553,76 +473,6 @@ pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint64_t 
 }
 
 /*
- * Device hashing: a warp per chunk, in grid-stride order.  Each block of
- * 1 KiB is 128 words: thread t loads words t, t + 32, t + 64, t + 96
- * (four coalesced 256-byte loads), all of lane t % 8, and their sums are
- * combined by lane with three shuffles (xxh3_long.h says why that is XXH3);
- * every thread of a lane then holds that lane's accumulator.  The keys
- * depend on the thread only, so they are read from the secret once.
- */
-#define FULL_WARP 0xffffffffu
-
-static __device__ __forceinline__ uint64_t
-lane_sum(uint64_t prod, uint64_t plain)
-{
-	uint64_t x = prod + __shfl_xor_sync(FULL_WARP, plain, 1); /* lane ^ 1's words */
-	x += __shfl_xor_sync(FULL_WARP, x, 8);
-	return x + __shfl_xor_sync(FULL_WARP, x, 16);
-}
-
-__global__ void
-hash_chunks(const struct hash_chunk *list, size_t n, struct xxh3_secret secret)
-{
-	const unsigned t = threadIdx.x % 32, lane = t % 8;
-	const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
-	const uint8_t *sec = secret.b;
-	uint64_t key[4];
-
-	for (unsigned k = 0; k < 4; k++) /* word t + 32k: stripe t / 8 + 4k, lane */
-		key[k] = pmck_xxh3_read64(sec + 8 * (t / 8 + 4 * k + lane));
-	const uint64_t scramble = pmck_xxh3_read64(sec + PMCK_XXH3_SCRAMBLE_KEY + 8 * lane);
-	const uint64_t last_key = pmck_xxh3_read64(sec + PMCK_XXH3_LAST_KEY + 8 * lane);
-
-	for (size_t c = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; c < n; c += warps) {
-		const uint64_t *p = list[c].src;
-		const uint64_t len = list[c].len, nb = pmck_xxh3_blocks(len);
-		uint64_t acc = pmck_xxh3_init_acc(lane);
-#pragma unroll 4
-		for (uint64_t b = 0; b < nb; b++) {
-			const uint64_t *w = p + b * PMCK_XXH3_WORDS + t;
-			uint64_t w0 = w[0], w1 = w[32], w2 = w[64], w3 = w[96];
-			uint64_t prod = pmck_xxh3_product_key(w0, key[0]) +
-					pmck_xxh3_product_key(w1, key[1]) +
-					pmck_xxh3_product_key(w2, key[2]) +
-					pmck_xxh3_product_key(w3, key[3]);
-			acc = pmck_xxh3_scramble_key(acc + lane_sum(prod, w0 + w1 + w2 + w3), scramble);
-		}
-		/* The partial block's stripes, unscrambled. */
-		const uint64_t *w = p + nb * PMCK_XXH3_WORDS;
-		unsigned nw = 8 * pmck_xxh3_tail_stripes(len);
-		uint64_t prod = 0, plain = 0;
-		for (unsigned k = 0; k < 4; k++)
-			if (t + 32 * k < nw) {
-				prod += pmck_xxh3_product_key(w[t + 32 * k], key[k]);
-				plain += w[t + 32 * k];
-			}
-		acc += lane_sum(prod, plain);
-		/* The last 64 bytes (any alignment), threads 0..7. */
-		prod = plain = 0;
-		if (t < 8) {
-			plain = pmck_xxh3_read64((const uint8_t *)p + len - PMCK_XXH3_STRIPE + 8 * t);
-			prod = pmck_xxh3_product_key(plain, last_key);
-		}
-		acc += lane_sum(prod, plain);
-		uint64_t all[8];
-		for (unsigned i = 0; i < 8; i++)
-			all[i] = __shfl_sync(FULL_WARP, acc, i);
-		if (t == 0)
-			*list[c].out = pmck_xxh3_merge(all, len, sec);
-	}
-}
-
-/*
  * Loads this library's kernels into the current device's context.  CUDA
  * loads a kernel at its first launch (lazy loading, Linux's default since
  * CUDA 12.2), and that load may synchronise the context: the first snapshot
@@ -637,7 +487,7 @@ static int
 preload_kernels(void)
 {
 	const void *kernels[] = {(const void *)copy_to_host_memory,
-			(const void *)copy_snapshot_pieces, (const void *)hash_chunks};
+			(const void *)copy_snapshot_pieces, pmck__gpu_hash_kernel()};
 	for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++) {
 		cudaFuncAttributes attr;
 		cudaError_t e = cudaFuncGetAttributes(&attr, kernels[i]);
@@ -660,7 +510,6 @@ pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
 {
 	DEVICE_SCOPE(g);
 	g->nhash = nchunks ? nchunks : 1;
-	memcpy(g->secret.b, pmck__xxh3_secret(), sizeof(g->secret.b));
 	CUDA_TRY(cudaHostAlloc((void **)&g->hash_list, g->nhash * sizeof(*g->hash_list),
 			cudaHostAllocMapped | cudaHostAllocPortable));
 	CUDA_TRY(cudaHostGetDevicePointer((void **)&g->hash_list_dev, g->hash_list, 0));
@@ -712,10 +561,10 @@ pmck__gpu_hash(struct pmck_gpu *g, unsigned event, unsigned hashed, int from_sna
 	/* On the GPU: after the work that produced the sources (G: after their snapshot). */
 	CUDA_TRY(cudaStreamWaitEvent(st, from_snapshot ? g->snapped[event] : g->ready[event], 0));
 	if (n) {
-		size_t blocks = (n + 7) / 8 < (size_t)g->hash_blocks ? (n + 7) / 8 :
-				(size_t)g->hash_blocks;
-		LAUNCH(hash_chunks, (unsigned)blocks, 256, st, g->hash_list_dev + first, n,
-				g->secret);
+		int ret = pmck__gpu_hash_launch(g->hash_list_dev + first, n, (unsigned)g->hash_blocks,
+				st);
+		if (ret)
+			return ret;
 	}
 	CUDA_TRY(cudaEventRecord(g->hashed[hashed], st));
 	return 0;

@@ -36,24 +36,74 @@ hash_piece(void *arg, uint32_t tensor, uint64_t off, uint64_t len)
 }
 
 /*
- * Index of the first tensor of slot k whose checksum fails, or -1.  The
- * chunks are hashed on up to 8 threads, the caller's CPUs (and copied to
- * dst, see struct verify); the chunk-hash array is free because no
- * checkpoint is in flight.
+ * Hashes (and with dst copies) the tensors of slot k whose span is not
+ * empty, on up to 8 threads, the caller's CPUs.
  */
-static int64_t
-verify_slot(const struct pmck_store *s, unsigned k, void *const *dst)
+static int
+hash_spans(const struct pmck_store *s, unsigned k, void *const *dst,
+		const struct pmck_span *spans)
 {
 	struct verify v = {s, k, dst};
 
-	if (pmck__for_each_piece(s, 0, hash_piece, &v))
-		return 0; /* cannot hash (out of memory): do not trust the slot */
-	for (uint32_t i = 0; i < s->hdr->ntensors; i++)
-		if (pmck__combine(&s->chunk_hash[s->chunk_first[i]],
-				s->chunk_first[i + 1] - s->chunk_first[i]) != s->csum[k][i])
-			return i;
-	return -1;
+	return pmck__for_each_span_piece(spans, s->hdr->ntensors, 0, hash_piece, &v);
 }
+
+/*
+ * Index of the first tensor of slot k whose checksum fails, or -1.  The
+ * chunks are hashed on up to 8 threads, the caller's CPUs (and copied to
+ * dst, see struct verify); the chunk-hash array is free because no
+ * checkpoint is in flight.  given (NULL: none; the caller checked that it
+ * is slot k's): its tensors without a dst are compared with the caller's
+ * checksums instead, fetched (fill) once the others are hashed.
+ */
+static int64_t
+verify_slot(const struct pmck_store *s, unsigned k, void *const *dst,
+		const struct pmck_given_checksums *given)
+{
+	const uint32_t n = s->hdr->ntensors;
+	struct pmck_span *spans = malloc((n ? n : 1) * sizeof(*spans));
+	size_t *from = given ? calloc(n ? n : 1, sizeof(*from)) : NULL; /* j + 1 of a given tensor */
+	int64_t bad = 0; /* cannot hash (out of memory): do not trust the slot */
+	size_t ngiven = 0;
+
+	if (!spans || (given && !from))
+		goto out;
+	for (size_t j = 0; given && j < given->n; j++)
+		if (!dst || !dst[given->idx[j]]) { /* with a dst: hashed while copied */
+			from[given->idx[j]] = j + 1;
+			ngiven++;
+		}
+	for (uint32_t i = 0; i < n; i++)
+		spans[i] = (struct pmck_span){from && from[i] ? 0 : s->tmap[i].nbytes,
+				s->tmap[i].offset};
+	if (hash_spans(s, k, dst, spans))
+		goto out;
+	if (ngiven && given->fill && given->fill(given->arg, given->csum, given->n) != 0) {
+		/* The caller's checksums are not to be had: the region's bytes, hashed here. */
+		for (uint32_t i = 0; i < n; i++)
+			spans[i].nbytes = from[i] ? s->tmap[i].nbytes : 0;
+		if (hash_spans(s, k, dst, spans))
+			goto out;
+		memset(from, 0, n * sizeof(*from));
+	}
+	bad = -1;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t sum = from && from[i] ? given->csum[from[i] - 1] :
+				pmck__combine(&s->chunk_hash[s->chunk_first[i]],
+						s->chunk_first[i + 1] - s->chunk_first[i]);
+		if (sum != s->csum[k][i]) {
+			bad = i;
+			break;
+		}
+	}
+out:
+	free(spans);
+	free(from);
+	return bad;
+}
+
+static int recover_newest(struct pmck_store *s, void *const *dst,
+		const struct pmck_given_checksums *given, struct pmck_recovery *info);
 
 void
 pmck__reject_start(struct pmck_store *s, unsigned rank)
@@ -124,6 +174,33 @@ pmck_store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_reco
 }
 
 int
+pmck_store_recover_given(struct pmck_store *s, void *const *dst,
+		const struct pmck_given_checksums *given, struct pmck_recovery *info)
+{
+	if (!given || given->slot > 1 || (given->n && (!given->idx || !given->csum)))
+		return pma__err(-EINVAL, "store '%s': recover_given %s", s->name,
+				!given ? "without checksums" : given->slot > 1 ?
+				"names a slot other than 0 and 1" : "without indexes or checksums");
+	if (s->in_flight)
+		return pma__err(-EBUSY, "store '%s': a checkpoint is in flight", s->name);
+	unsigned char *seen = calloc(s->hdr->ntensors ? s->hdr->ntensors : 1, 1);
+	if (!seen)
+		return pma__err(-ENOMEM, "out of memory");
+	for (size_t j = 0; j < given->n; j++) {
+		size_t i = given->idx[j];
+		if (i >= s->hdr->ntensors || seen[i]) {
+			free(seen);
+			return pma__err(-EINVAL, "store '%s': recover_given names tensor index %zu %s",
+					s->name, i, i >= s->hdr->ntensors ? "out of range" : "twice");
+		}
+		seen[i] = 1;
+	}
+	free(seen);
+	pmck__reject_start(s, s->world_tag ? PMCK__TAG_RANK(s->world_tag) : 0);
+	return recover_newest(s, dst, given, info);
+}
+
+int
 pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info)
 {
 	return pmck__store_recover_into(s, NULL, info);
@@ -131,6 +208,14 @@ pmck__store_recover(struct pmck_store *s, struct pmck_recovery *info)
 
 int
 pmck__store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_recovery *info)
+{
+	return recover_newest(s, dst, NULL, info);
+}
+
+/* The newest sealed slot that verifies becomes readable (pmck_store_recover_given's terms). */
+static int
+recover_newest(struct pmck_store *s, void *const *dst, const struct pmck_given_checksums *given,
+		struct pmck_recovery *info)
 {
 	struct pmck_recovery r = {0};
 
@@ -150,7 +235,8 @@ pmck__store_recover_into(struct pmck_store *s, void *const *dst, struct pmck_rec
 		if (st[k] < 0)
 			continue;
 		/* A failing slot leaves dst with some of its bytes: the next one overwrites all. */
-		int64_t bad = verify_slot(s, k, dst);
+		int64_t bad = verify_slot(s, k, dst, given && given->slot == k &&
+				(uint64_t)st[k] == given->step ? given : NULL);
 		if (bad < 0) {
 			s->readable_slot = (int)k;
 			r.step = (uint64_t)st[k];
@@ -237,7 +323,7 @@ load_step(struct pmck_store *s, uint64_t step, int verify, struct pmck_recovery 
 	for (unsigned k = 0; k < 2; k++) {
 		if (pmck__sealed_step(s, k) != (int64_t)step)
 			continue;
-		int64_t bad = verify ? verify_slot(s, k, NULL) : -1;
+		int64_t bad = verify ? verify_slot(s, k, NULL, NULL) : -1;
 		if (bad >= 0) {
 			pmck__reject(s, s->rej_rank, PMCK_TIER_LOCAL, step,
 					"local slot %u failed its checksum (tensor '%s')", k,
