@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu-kit-run.sh -- runs on a lent GPU machine, as .gpu/run.sh (tools/gpu-kit packs it):
 #   bash .gpu/run.sh [checks|bench|all|profile]   (default all; about 8 minutes on an H100)
-# checks: tests/gpu_hash (the hash kernel against libxxhash), tests/gpu_pipeline (the
+# checks: tests/gpu_hash (the hash kernel against libxxhash), tests/gpu_hasher (checksums of
+#         device memory, for loads), tests/gpu_pipeline (the
 #         stream contract included, each strategy with host and device hashing), the
 #         wheel installed with pip install --no-index --no-deps beside the machine's torch, then
 #         python -m pmckpt --version and test_gpu.py against the installed package;
@@ -62,6 +63,9 @@ if [ "$what" != bench ]; then
 	step tests/gpu_hash
 	LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/gpu_hash" >"$OUT/gpu_hash.tap" 2>&1
 	echo "rc $?"; cat "$OUT/gpu_hash.tap"
+	step tests/gpu_hasher
+	LD_LIBRARY_PATH=$K/lib timeout 120 "$K/bin/gpu_hasher" >"$OUT/gpu_hasher.tap" 2>&1
+	echo "rc $?"; cat "$OUT/gpu_hasher.tap"
 	step tests/gpu_pipeline
 	LD_LIBRARY_PATH=$K/lib timeout "${GPU_KIT_TIMEOUT_PIPELINE:-180}" "$K/bin/gpu_pipeline" >"$OUT/gpu_pipeline.tap" 2>&1
 	echo "rc $?"; grep -E '^(not ok|1\.\.)' "$OUT/gpu_pipeline.tap"; tail -1 "$OUT/gpu_pipeline.tap"

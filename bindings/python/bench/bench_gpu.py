@@ -9,7 +9,11 @@ skips where there is no GPU):
           and of one copy of as many bytes
   ratio: gpu_load_into_vs_pinned_h2d      Store.load(into=) the same CUDA tensors,
           verified, against a pinned H2D of them, the faster of the same two
-          (goal >= 0.8)
+          (goal >= 0.8); and gpu_load_into_gpu_verify_vs_cpu_verify, that load
+          (its copies verified on the GPU where they landed: pmck_gpu_hasher,
+          pmck_store_recover_given) against the same load with the CPU hashing
+          the slot in the region (Store._verify_copies False, the way before
+          2026-11-27's last session), the two in turn, as speed
   ratio: gpu_load_new_vs_pinned_h2d       Store.load() of the same state into new
           CUDA tensors (a restart onto the GPU), verified, against the same
           baseline; and gpu_load_new_early_vs_after_verify, the same load with
@@ -49,9 +53,10 @@ skips where there is no GPU):
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
-it: recovery's verification of the slot on the CPU (bench: gpu_load_verify),
-or the copies that cross meanwhile (bench: gpu_load_early_copies, GPU time);
-above 1 the CPU's hashing is the bound (LoadPhases).  bench: gpu_load_before_early_copies
+it: recovery (bench: gpu_load_verify: the CPU's hashing of what the GPU does
+not verify, then its wait for the copies' checksums), or the copies that cross
+meanwhile (bench: gpu_load_early_copies, GPU time); above 1 the CPU is the
+bound (LoadPhases).  With the copies verified on the GPU, recovery waits for them.  bench: gpu_load_before_early_copies
 and gpu_load_after_verify time the load's two ends around them (wall time): what the
 load spends beyond the longer of the two.
 
@@ -319,6 +324,7 @@ def main():
     d = tempfile.mkdtemp(prefix="pmck-bench-gpu-", dir=a.shm)
     save, load, d2h_t, h2d_t, stall, dcp_stall = [], [], [], [], [], []
     load_new, load_new_late, load_new_early = [], [], []
+    load_cpu_verify, gpu_verified = [], []
     dcp_save, dcp_fs_save, dcp_cached_save = [], [], []
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
     try:
@@ -360,9 +366,16 @@ def main():
                 times.append(timed(lambda: store.save(st, step), dev))
             h2d_t.append(timed(h2d, dev))
             h2d_flat_t.append(timed(h2d_flat, dev))
-            phases.on = True
-            load.append(timed(lambda: s.load(into=st), dev))
-            phases.on = False
+            # load(into=), its copies verified on the GPU (the default) and by the CPU in
+            # the region, in turn; the phases timed for the default's
+            ways = [(True, load), (False, load_cpu_verify)]
+            for verify, times in ways[rep % 2:] + ways[:rep % 2]:
+                s._verify_copies = phases.on = verify
+                times.append(timed(lambda: s.load(into=st), dev))
+                phases.on = False
+                if verify:  # none verified on the GPU would make the ratio void
+                    gpu_verified.append(s.last_recovery.get("copies_verified_bytes", 0))
+            s._verify_copies = True
             # Into new tensors (a restart's load), the early copies on and off in turn.
             ways = [("auto", load_new), ("never", load_new_late)]
             for mode, times in ways[rep % 2:] + ways[:rep % 2]:
@@ -418,6 +431,12 @@ def main():
     print(f"bench: gpu_pinned_h2d_per_tensor {nbytes / med(h2d_t) / 1e9:.2f} GB/s")
     print(f"bench: gpu_pinned_h2d_one_copy {nbytes / med(h2d_flat_t) / 1e9:.2f} GB/s")
     print(f"ratio: gpu_load_into_vs_pinned_h2d {h2d_best / med(load):.3f}")
+    print(f"bench: gpu_load_into_cpu_verify {nbytes / med(load_cpu_verify) / 1e9:.2f} GB/s "
+          f"(the default's loads verified {min(gpu_verified) / 1e9:.2f}-"
+          f"{max(gpu_verified) / 1e9:.2f} GB on the GPU)")
+    print(f"ratio: gpu_load_into_cpu_verify_vs_pinned_h2d {h2d_best / med(load_cpu_verify):.3f}")
+    print(f"ratio: gpu_load_into_gpu_verify_vs_cpu_verify "
+          f"{med(load_cpu_verify) / med(load):.3f}")
     phases.report()
     print(f"bench: gpu_load_new {nbytes / med(load_new) / 1e9:.2f} GB/s "
           f"({min(load_new_early) / 1e9:.2f}-{max(load_new_early) / 1e9:.2f} GB crossed "

@@ -72,6 +72,13 @@ class Recovery(Structure):
                 ("rejected_tensor", c_char * PMCK_NAME_MAX)]
 
 
+class GivenChecksums(Structure):
+    """struct pmck_given_checksums (pmck_store_recover_given)."""
+    _fields_ = [("slot", c_uint), ("step", c_uint64), ("n", c_size_t),
+                ("idx", POINTER(c_size_t)), ("csum", POINTER(c_uint64)),
+                ("fill", c_void_p), ("arg", c_void_p)]
+
+
 class PipelineOpts(Structure):
     _fields_ = [("threads", c_uint), ("numa_node", c_int), ("on_busy", c_int),
                 ("source", c_int), ("cuda_device", c_int), ("copyout", c_void_p),
@@ -279,6 +286,15 @@ _OPTIONAL = {
     "pmck_store_slot_tensor_data": (c_void_p, [c_void_p, c_uint, c_size_t]),
     # recovery that copies the checkpoint out as it verifies it (load into new host tensors)
     "pmck_store_recover_into": (c_int, [c_void_p, POINTER(c_void_p), POINTER(Recovery)]),
+    # a load's copies verified where they landed: checksums given to recovery, computed
+    # on the GPU (docs/gpu.md; a library without them: recovery hashes the region)
+    "pmck_store_recover_given": (c_int, [c_void_p, POINTER(c_void_p), POINTER(GivenChecksums),
+                                         POINTER(Recovery)]),
+    "pmck_gpu_hasher_new": (c_int, [c_int, vpp]),
+    "pmck_gpu_hasher_add": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(c_void_p),
+                                    POINTER(c_uint64)]),
+    "pmck_gpu_hasher_wait": (c_int, [c_void_p, POINTER(c_uint64), c_size_t]),
+    "pmck_gpu_hasher_delete": (None, [vpp]),
     # the candidates the last recovery rejected (a library without it reports none)
     "pmck_store_rejections": (POINTER(Rejection), [c_void_p, POINTER(c_size_t)]),
     # stream-ordered GPU copies (a library without them: the caller synchronises the device)

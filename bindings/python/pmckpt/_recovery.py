@@ -86,6 +86,10 @@ def copy_into(dst, src, copier, fresh=False):
 
 _SLOT_DATA = _lib.optional("pmck_store_slot_tensor_data")
 _RECOVER_INTO = _lib.optional("pmck_store_recover_into")
+_RECOVER_GIVEN = _lib.optional("pmck_store_recover_given")
+_HASHER_NEW = _lib.optional("pmck_gpu_hasher_new")
+_FILL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
+                         ctypes.c_size_t)
 _EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
 _EARLY_OWN = 1 << 20   # a new tensor this large takes its bytes in a copy of its own
@@ -108,8 +112,11 @@ class _EarlyCopies:
     small tensors costs few copies.  Costs a device buffer as large as what
     crosses through it, for the load's duration."""
 
-    def __init__(self, slot, step, device, scratch, placed, made):
+    def __init__(self, slot, step, device, scratch, placed, made, given=None):
         self.slot, self.step, self.device = slot, step, device
+        # the copies' checksums, for recovery to take instead of hashing the region
+        # (_CopiesChecksums), or None
+        self.given = given
         self.scratch = scratch  # None when every tensor took its bytes directly
         # name -> (tensor, offset in scratch or None: it took its bytes directly, bytes)
         self.placed = placed
@@ -157,6 +164,8 @@ class _EarlyCopies:
         makes tensors of its own).  Again, it does nothing."""
         if self.placed is None:
             return
+        if self.given is not None:
+            self.given.drop()  # the GPU's hashes read the copies: done before they go
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         # views of the scratch buffer too: a load that raised after take() keeps none alive
@@ -164,8 +173,96 @@ class _EarlyCopies:
         self._dst, self._src = [], []
 
 
+class _CopiesChecksums:
+    """The checksums of a load's early copies (_EarlyCopies), computed from the
+    bytes where they landed: on the GPU by the store's pmck_gpu_hasher, queued
+    after the copies on the caller's stream; for host tensors (Store._early_load
+    "always": the tests) by the host, at once.  Recovery compares them with the
+    slot's own instead of hashing those tensors in the region
+    (pmck_store_recover_given): a load onto a GPU then reads the slot once, over
+    PCIe, where the CPU's pass beside the copies read it twice.  Recovery asks
+    for the GPU's (the host waits for them) only after hashing the slot's other
+    tensors, and only if it verifies that slot."""
+
+    def __init__(self, slot, step, idx, nbytes, hasher=None, csum=None):
+        n = len(idx)
+        self.nbytes = nbytes  # the bytes of the tensors given
+        self._idx = (ctypes.c_size_t * n)(*idx)
+        self._csum = (ctypes.c_uint64 * n)(*(csum or ()))
+        self._hasher = hasher  # c_void_p, or None: _csum holds the host's values
+        self.pending = hasher is not None  # hashes queued, not yet waited for
+        self.had = hasher is None  # whether the values reached recovery (fill returned 0)
+        self._fill = _FILL(self._filled) if hasher is not None else None
+        self.struct = _lib.GivenChecksums(slot, step, n, self._idx, self._csum,
+                                          ctypes.cast(self._fill, ctypes.c_void_p)
+                                          if self._fill else None, None)
+
+    def _filled(self, _arg, csum, n):
+        """pmck_given_checksums.fill, on the thread that recovers: waits for the GPU."""
+        try:
+            self.pending = False
+            rc = lib.pmck_gpu_hasher_wait(self._hasher, csum, n)
+            self.had = rc == 0
+            return rc
+        except BaseException:  # noqa: BLE001 -- never through C: recovery hashes the region
+            return -1
+
+    def drop(self):
+        """Waits for the hashes that recovery did not take, and drops them: the
+        copies' buffers may go only after (the GPU reads them on another stream)."""
+        if self.pending:
+            self.pending = False
+            lib.pmck_gpu_hasher_wait(self._hasher, None, 0)
+
+
 class _Recovery:
     """The load path of a Store."""
+
+    def _hasher(self, dev):
+        """The store's pmck_gpu_hasher for CUDA device dev (made at first use, deleted
+        by close()), or None where there is none to make: a library without it or
+        without CUDA (the reason is kept in the store's _hashers, not retried)."""
+        if dev not in self._hashers:
+            h = ctypes.c_void_p()
+            ok = _HASHER_NEW is not None and _HASHER_NEW(
+                dev.index if dev.index is not None else torch.cuda.current_device(),
+                byref(h)) == 0
+            self._hashers[dev] = h if ok else None
+        return self._hashers[dev]
+
+    def _close_hashers(self):
+        """Deletes the store's hashers (close())."""
+        for h in self._hashers.values():
+            if h:
+                lib.pmck_gpu_hasher_delete(byref(h))
+        self._hashers.clear()
+
+    def _hash_copies(self, slot, step, dev, bufs):
+        """For recovery to verify the early copies where they landed (_CopiesChecksums):
+        bufs, [(store index, address, bytes)] of the copies just queued on dev's
+        current stream, are hashed there, after them.  None where that is not to
+        be had (Store._verify_copies False, no library support, no hasher, a
+        buffer not 8-aligned is left to the CPU); then recovery hashes the region."""
+        if not self._verify_copies or _RECOVER_GIVEN is None:
+            return None
+        bufs = [b for b in bufs if b[1] % 8 == 0]
+        if not bufs:
+            return None
+        nbytes = sum(b[2] for b in bufs)
+        idx = [b[0] for b in bufs]
+        if dev.type != "cuda":  # host tensors (tests): hashed by the host, now
+            return _CopiesChecksums(slot, step, idx, nbytes,
+                                    csum=[lib.pmck_tensor_checksum(a, n) for _, a, n in bufs])
+        h = self._hasher(dev)
+        if h is None:
+            return None
+        n = len(bufs)
+        srcs = (ctypes.c_void_p * n)(*(b[1] for b in bufs))
+        lens = (ctypes.c_uint64 * n)(*(b[2] for b in bufs))
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        if lib.pmck_gpu_hasher_add(h, stream or None, n, srcs, lens) != 0:
+            return None  # nothing queued: the region is hashed as before
+        return _CopiesChecksums(slot, step, idx, nbytes, hasher=h)
 
     def _start_early_copies(self, targets, made=False, newest=None):
         """For a load onto a GPU: starts copying tensors' bytes out of the newest
@@ -201,7 +298,8 @@ class _Recovery:
             return None
         k, step = sealed
         s = self._h.store
-        rows, ti = [], _lib.TensorInfo()  # (address in the slot, bytes, name, tensor, dtype, shape)
+        # (address in the slot, bytes, name, tensor, dtype, shape, store index)
+        rows, ti = [], _lib.TensorInfo()
         for name, (_, dtype, shape, t) in want.items():
             code = _TORCH_TO_PMCK.get(dtype)
             if code is None or (t is not None and not t.is_contiguous()):
@@ -212,7 +310,7 @@ class _Recovery:
             if ti.dtype != code or tuple(ti.shape[:ti.ndim]) != shape or \
                     (t is not None and t.numel() * t.element_size() != ti.nbytes):
                 continue  # the load's own checks will say what is wrong
-            rows.append((_SLOT_DATA(s, k, idx), ti.nbytes, name, t, dtype, shape))
+            rows.append((_SLOT_DATA(s, k, idx), ti.nbytes, name, t, dtype, shape, idx))
         if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN):
             return None
         # New tensors (made) of _EARLY_OWN bytes or more take theirs in copies of their own;
@@ -235,7 +333,7 @@ class _Recovery:
         try:
             # The large new tensors first: the load makes them anyway.  Then the scratch
             # buffer and the small ones, if they fit beside them.
-            for addr, n, name, t, dtype, shape in own:
+            for _, n, name, _, dtype, shape, _ in own:
                 placed[name] = (torch.empty(shape, dtype=dtype, device=dev), None, n)
             # In "auto" only CUDA tensors get here; host tensors only forced ("always",
             # tests), which count what the load makes but never drop the scratch buffer.
@@ -254,7 +352,7 @@ class _Recovery:
                         return None
             if size:
                 scratch = torch.empty(size, dtype=torch.uint8, device=dev)
-            for addr, n, name, t, dtype, shape in rows:
+            for _, n, name, t, dtype, shape, _ in rows:
                 if t is None:
                     t = torch.empty(shape, dtype=dtype, device=dev)
                 placed[name] = (t, at[name], n)
@@ -271,7 +369,12 @@ class _Recovery:
             if dev.type == "cuda":
                 torch.cuda.current_stream(dev).synchronize()
             raise
-        return _EarlyCopies(k, step, dev, scratch, placed, made)
+        # The copies hashed where they land (on the GPU, after them), for recovery to compare.
+        index = {r[2]: r[6] for r in own + rows}
+        given = self._hash_copies(k, step, dev, [
+            (index[name], t.data_ptr() if off is None else scratch.data_ptr() + off, n)
+            for name, (t, off, n) in placed.items()])
+        return _EarlyCopies(k, step, dev, scratch, placed, made, given)
 
     def _newest_sealed_slot(self):
         """(slot, step) of the local store's newest sealed slot, not verified, the store
@@ -380,10 +483,12 @@ class _Recovery:
                 if all(k == "dev" for k in info) and code in _PMCK_TO_TORCH and
                 (dev.type == "cuda" or mode == "always")}
 
-    def _recover(self, fresh=None):
+    def _recover(self, fresh=None, given=None):
         """Makes the newest verified checkpoint readable (local slots, then shared_dir).
         fresh: {index: buffer} (_fresh_buffers) that the local recovery fills with
-        the checkpoint it verifies; returns whether it did."""
+        the checkpoint it verifies; returns whether it did.  given: the checksums of
+        a load's early copies (_CopiesChecksums), which the local recovery takes for
+        those tensors of their slot instead of hashing them in the region."""
         self._settle_inflight()
         if self._coll is not None:
             return self._recover_global()
@@ -397,11 +502,15 @@ class _Recovery:
         if self._layout is None:
             self._layout = self._store_layout()
         rec = _lib.Recovery()
+        dst = None
         if fresh:
             n = lib.pmck_store_ntensors(self._h.store)
             dst = (ctypes.c_void_p * n)()
             for idx, b in fresh.items():
                 dst[idx] = b.data_ptr()
+        if given is not None:
+            rc = _RECOVER_GIVEN(self._h.store, dst, byref(given.struct), byref(rec))
+        elif fresh:
             rc = _RECOVER_INTO(self._h.store, dst, byref(rec))
         else:
             rc = lib.pmck_store_recover(self._h.store, byref(rec))

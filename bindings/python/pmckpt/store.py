@@ -209,6 +209,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.gpu_snapshot_on_wait = gpu_snapshot_on_wait
         self._gpu_warned = False
         self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
+        # the early copies verified where they land (_hash_copies), not in the region
+        self._verify_copies = True
+        self._hashers = {}  # CUDA device -> pmck_gpu_hasher (None: none to be had)
         self.last_recovery = None
         self._lock = threading.RLock()
         self._h = None
@@ -363,11 +366,14 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             # Into new host tensors (no into=): recovery copies each tensor out of the slot
             # as it verifies it, one read of the slot instead of two (_fresh_buffers).
             fresh = self._fresh_buffers(map_location, newest) if into is None else None
-            if not self._recover(fresh):
+            if not self._recover(fresh, early.given if early is not None else None):
                 fresh = None  # not the local recovery that fills them: copied as below
             if early is not None and not early.matches(self.last_recovery):
                 early.release()  # recovery chose another checkpoint: its copies go unused
                 early = None
+            elif early is not None and early.given is not None and early.given.had:
+                # bytes recovery verified by the copies' checksums, not in the region
+                self.last_recovery["copies_verified_bytes"] = early.given.nbytes
         try:
             return self._load_checkpoint(early, targets, into, map_location, fresh)
         finally:
@@ -575,6 +581,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             if self._copyout:
                 err = self._copyout_failure(wait=True) or err
                 lib.pmck_copyout_delete(byref(self._copyout))
+            self._close_hashers()
             if self._h is not None:
                 self._h.close()
                 self._h = None
@@ -602,7 +609,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     def __del__(self):
         try:
-            if self._h is not None or self._pipe:
+            if self._h is not None or self._pipe or self._hashers:
                 self.close()
         except Exception:
             pass

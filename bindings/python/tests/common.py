@@ -129,15 +129,15 @@ def slot_address(directory, name, slot, tensor):
     return path, off, meta_off
 
 
-def load_past_rejections(directory, name):
-    """(state, last_recovery) of a new Store `name` in ramdisk directory's load(),
-    its RecoveryWarnings (a rejected slot or step) silenced."""
+def load_past_rejections(directory, name, into=None):
+    """(state, last_recovery) of a new Store `name` in ramdisk directory's
+    load(into=into), its RecoveryWarnings (a rejected slot or step) silenced."""
     import warnings
     import pmckpt
     with pmckpt.Store(name=name, ramdisk=directory) as s:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pmckpt.RecoveryWarning)
-            return s.load(), s.last_recovery
+            return s.load(into=into), s.last_recovery
 
 
 def flip(path, off):

@@ -95,10 +95,33 @@ def test_early_load():
         rec = s.last_recovery
     if rec.get("early_bytes", 0) < 8 * 4 << 20:
         return f"the CUDA tensors' copies did not start before verification: {rec}"
+    if rec.get("copies_verified_bytes") != 8 * 4 << 20:
+        return f"the copies were not verified on the GPU (pmck_gpu_hasher): {rec}"
     if out["w0"] is not w0:
         return "into='s tensor was not filled in place"
-    T.diag(f"{rec['early_bytes']} bytes crossed while step {rec['step']} was verified")
-    return same(want, out)
+    T.diag(f"{rec['early_bytes']} bytes crossed while step {rec['step']} was verified, "
+           f"{rec['copies_verified_bytes']} of them by the GPU's checksums")
+    r = same(want, out)
+    if r:
+        return r
+    # A copy whose bytes differ from the slot's (the hasher pointed at another
+    # tensor's copy of the same size): its checksum rejects the newest slot.
+    from pmckpt import _recovery
+    real = _recovery._Recovery._hash_copies
+
+    def swapped(self, slot, step, d, bufs):
+        big = [b for b in bufs if b[2] == 4 << 20]
+        bufs = [(big[0][0], big[1][1], big[0][2])] + [b for b in bufs if b is not big[0]]
+        return real(self, slot, step, d, bufs)
+    _recovery._Recovery._hash_copies = swapped
+    try:
+        out, rec = load_past_rejections(D, "gpu-early", into=into)
+    finally:
+        _recovery._Recovery._hash_copies = real
+    if rec["step"] != 1 or "early_bytes" in rec or "copies_verified_bytes" in rec:
+        return f"a copy's GPU checksum differs: loaded {rec}, wanted step 1 without the copies"
+    if any(t.count_nonzero().item() for k, t in out.items() if k[0] == "w"):
+        return "a copy's GPU checksum differs: step 1's tensors (zeros) not loaded"
 
 
 def test_early_load_made():
@@ -121,6 +144,8 @@ def test_early_load_made():
     cuda_bytes = sum(v.numel() * 4 for k, v in st.items() if k[0] in "wb")
     if rec.get("early_bytes") != cuda_bytes:
         return f"the CUDA tensors' copies did not all start before verification: {rec}"
+    if rec.get("copies_verified_bytes") != cuda_bytes:
+        return f"the copies were not verified on the GPU (pmck_gpu_hasher): {rec}"
     if len({t.untyped_storage().data_ptr() for k, t in out.items() if k != "step"}) != 17:
         return "the new tensors share memory"
     r = same(want, out)
@@ -139,7 +164,8 @@ def test_early_load_made():
     with pmckpt.Store(name="gpu-early-host", ramdisk=D) as s:
         out = s.load(map_location="cuda")
         rec = s.last_recovery
-    if rec.get("early_bytes", 0) != cuda_bytes + 10 * 8:
+    if rec.get("early_bytes", 0) != cuda_bytes + 10 * 8 or \
+            rec.get("copies_verified_bytes") != cuda_bytes + 10 * 8:
         return f"map_location='cuda': the copies did not all start before verification: {rec}"
     T.diag(f"{rec['early_bytes']} bytes crossed while step {rec['step']} was verified")
     return same({k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in host.items()},
@@ -391,8 +417,9 @@ def test_early_load_side_stream():
         with pmckpt.Store(name="gpu-early-side", ramdisk=D) as s, torch.cuda.stream(side):
             out = s.load(into=into) if into is not None else s.load()
             rec = s.last_recovery
-        if not rec.get("early_bytes"):
-            return f"{'into=' if into is not None else 'new tensors'}: no early copies: {rec}"
+        if not rec.get("early_bytes") or not rec.get("copies_verified_bytes"):
+            return f"{'into=' if into is not None else 'new tensors'}: no early copies, or " \
+                f"none verified on the GPU: {rec}"
         r = same(want, out)
         if r:
             return f"{'into=' if into is not None else 'new tensors'}: {r}"

@@ -3,6 +3,7 @@
 loads, layer-wise waits and the optimizer hook, and bad input (unsupported
 objects, too much metadata, another layout, corrupted slots and metadata):
 each a clear exception, after which the previous checkpoint still loads."""
+import ctypes
 import json
 import os
 import shutil
@@ -781,6 +782,114 @@ def test_early_load():
         return f"both slots corrupted: into= was written with unverified bytes: {r}"
 
 
+def test_early_load_verified_copies():
+    """load(into=)'s early copies verified where they landed (_CopiesChecksums:
+    on a GPU hashed there; here forced onto host tensors, hashed by the host):
+    recovery takes their checksums for those tensors instead of hashing them in
+    the region (pmck_store_recover_given).  A copy damaged on its way rejects
+    the slot; recovery's call for the GPU's values (fill) goes through C to
+    Python and back; without them the region is hashed."""
+    from pmckpt import _lib, _recovery
+    st1, st2 = two_steps("early-verified", seed=8)
+
+    def load(verify=True):
+        with pmckpt.Store(name="early-verified", ramdisk=D) as s:
+            s._early_load = "always"
+            s._verify_copies = verify
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always", pmckpt.RecoveryWarning)
+                out = s.load(into=zeroed(st2))
+            return out, s.last_recovery, [str(x.message) for x in w]
+
+    out, rec, _ = load()
+    if rec.get("copies_verified_bytes", 0) <= 0 or rec.get("early_bytes", 0) <= 0:
+        return f"the copies' checksums were not taken: {rec}"
+    r = same(st2, out)
+    if r:
+        return f"verified by the copies' checksums: {r}"
+    T.diag(f"step {rec['step']}: {rec['copies_verified_bytes']} bytes verified by the copies' "
+           "checksums")
+    out, rec, _ = load(verify=False)
+    if "copies_verified_bytes" in rec or same(st2, out):
+        return f"_verify_copies=False: {rec}"
+
+    real = _recovery._Recovery._hash_copies
+    newest = rec["slot"]
+    path, off, _ = slot_address("early-verified", newest, "model/2.weight")
+
+    def damaged_copy(self, slot, step, dev, bufs):
+        # the first copy damaged on its way (after it left the region, before its hash)
+        _, addr, n = bufs[0]
+        b = ctypes.c_uint8.from_address(addr + n // 2)
+        b.value ^= 0x20
+        return real(self, slot, step, dev, bufs)
+    _recovery._Recovery._hash_copies = damaged_copy
+    try:
+        out, rec, warned = load()
+    finally:
+        _recovery._Recovery._hash_copies = real
+    if rec["step"] != 1 or "early_bytes" in rec or "copies_verified_bytes" in rec:
+        return f"a copy damaged on its way: loaded {rec}, wanted step 1 without the copies"
+    r = same(st1, out)
+    if r or not any("failed its checksum" in w for w in warned):
+        return f"a copy damaged on its way: {r or 'no RecoveryWarning'} ({warned})"
+
+    def region_damaged_after(self, slot, step, dev, bufs):
+        # the region damaged once the copies are made: recovery does not read those bytes
+        given = real(self, slot, step, dev, bufs)
+        flip(path, off + 8)
+        return given
+    _recovery._Recovery._hash_copies = region_damaged_after
+    try:
+        out, rec, _ = load()
+    finally:
+        _recovery._Recovery._hash_copies = real
+    if rec["step"] != 2 or same(st2, out):
+        return f"the copies taken, the region damaged after: loaded {rec}"
+    out, rec, _ = load(verify=False)  # the region hashed: step 2 rejected
+    flip(path, off + 8)
+    if rec["step"] != 1:
+        return f"the region hashed after damage: loaded {rec}, wanted step 1"
+
+    # fill through C: a stand-in hasher whose wait gives the values (or fails)
+    calls, fail = [], [0]
+
+    def fake_wait(h, csum, n):
+        calls.append((h.value if isinstance(h, ctypes.c_void_p) else h, n))
+        if fail[0]:
+            return fail[0]
+        for j in range(n):
+            csum[j] = host_values[j]
+        return 0
+
+    def with_fake_hasher(self, slot, step, dev, bufs):
+        host_values[:] = [lib.pmck_tensor_checksum(a, n) for _, a, n in bufs]
+        return _recovery._CopiesChecksums(slot, step, [b[0] for b in bufs],
+                                          sum(b[2] for b in bufs), hasher=ctypes.c_void_p(77))
+    host_values = []
+    lib = _lib.lib
+    real_wait = lib.pmck_gpu_hasher_wait
+    _recovery._Recovery._hash_copies = with_fake_hasher
+    lib.pmck_gpu_hasher_wait = fake_wait
+    try:
+        out, rec, _ = load()
+        first = (list(calls), rec, same(st2, out))
+        calls.clear()
+        fail[0] = -5
+        out, rec2, _ = load()
+        second = (list(calls), rec2, same(st2, out))
+    finally:
+        _recovery._Recovery._hash_copies = real
+        lib.pmck_gpu_hasher_wait = real_wait
+    got, rec, r = first
+    if len(got) != 1 or got[0][0] != 77 or got[0][1] != len(host_values) or r or \
+            rec.get("copies_verified_bytes", 0) <= 0:
+        return f"fill through C: calls {got}, {rec}, {r}"
+    got, rec, r = second
+    if len(got) != 1 or r or rec["step"] != 2 or "copies_verified_bytes" in rec:
+        return f"a fill that fails: calls {got}, {rec}, {r} (wanted the region hashed)"
+
+
 def test_early_load_made():
     """load() into new tensors with their copies started before verification
     (_EarlyCopies made=True; on a GPU, for the tensors bound for it: here
@@ -1427,6 +1536,8 @@ T.run("steps must increase", test_step_order)
 T.run("load(step=): either slot's step, the newest by default; slot_steps()", test_load_step)
 T.run("destroy() frees the name for another layout", test_destroy)
 T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
+T.run("load(into=)'s early copies verified by their own checksums, not the region's bytes",
+      test_early_load_verified_copies)
 T.run("load() into new tensors with early copies: direct or through the scratch buffer, "
       "the verified checkpoint or nothing", test_early_load_made)
 T.run("load() into new tensors with early copies: what the load without them returns, for "
