@@ -94,6 +94,7 @@ _EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
 _EARLY_OWN = 1 << 20   # a new tensor this large takes its bytes in a copy of its own
 _EARLY_ALIGN = 256     # each run in the scratch buffer starts where a CUDA allocation would
+_HASH_PIECE = 64 << 20  # the early copies hashed on the GPU by pieces of this many bytes
 
 
 class _EarlyCopies:
@@ -176,26 +177,62 @@ class _EarlyCopies:
 class _CopiesChecksums:
     """The checksums of a load's early copies (_EarlyCopies), computed from the
     bytes where they landed: on the GPU by the store's pmck_gpu_hasher, queued
-    after the copies on the caller's stream; for host tensors (Store._early_load
+    piece by piece after the copies on the caller's stream, so that a piece is
+    hashed while the next one crosses; for host tensors (Store._early_load
     "always": the tests) by the host, at once.  Recovery compares them with the
     slot's own instead of hashing those tensors in the region
     (pmck_store_recover_given): a load onto a GPU then reads the slot once, over
     PCIe, where the CPU's pass beside the copies read it twice.  Recovery asks
-    for the GPU's (the host waits for them) only after hashing the slot's other
-    tensors, and only if it verifies that slot."""
+    for the GPU's values (the host waits for them) only after hashing the slot's
+    other tensors, and only if it verifies that slot."""
 
-    def __init__(self, slot, step, idx, nbytes, hasher=None, csum=None):
-        n = len(idx)
-        self.nbytes = nbytes  # the bytes of the tensors given
-        self._idx = (ctypes.c_size_t * n)(*idx)
-        self._csum = (ctypes.c_uint64 * n)(*(csum or ()))
-        self._hasher = hasher  # c_void_p, or None: _csum holds the host's values
-        self.pending = hasher is not None  # hashes queued, not yet waited for
+    def __init__(self, slot, step, dev, hasher=None):
+        self.slot, self.step, self.dev = slot, step, dev
+        self.nbytes = 0  # the bytes of the tensors added
+        self._idx, self._host = [], []  # store indexes; the host's values (no hasher)
+        self._hasher = hasher  # c_void_p, or None: the host hashes
+        self.pending = False  # hashes queued, not yet waited for
+        self.failed = False  # an add failed: the values are not to be had
         self.had = hasher is None  # whether the values reached recovery (fill returned 0)
         self._fill = _FILL(self._filled) if hasher is not None else None
-        self.struct = _lib.GivenChecksums(slot, step, n, self._idx, self._csum,
+        self._keep = None
+        self.struct = None
+
+    def add(self, bufs):
+        """bufs, [(store index, address, bytes)] of copies just queued on the device's
+        current stream: hashed after them.  A buffer not 8-aligned is left to the
+        CPU's pass over the region."""
+        bufs = [b for b in bufs if b[1] % 8 == 0]
+        if self.failed or not bufs:
+            return
+        if self._hasher is None:
+            self._host += [lib.pmck_tensor_checksum(a, n) for _, a, n in bufs]
+        else:
+            n = len(bufs)
+            srcs = (ctypes.c_void_p * n)(*(b[1] for b in bufs))
+            lens = (ctypes.c_uint64 * n)(*(b[2] for b in bufs))
+            stream = torch.cuda.current_stream(self.dev).cuda_stream
+            if lib.pmck_gpu_hasher_add(self._hasher, stream or None, n, srcs, lens) != 0:
+                self.failed = True  # this one queued nothing; those before it are dropped
+                return
+            self.pending = True
+        self._idx += [b[0] for b in bufs]
+        self.nbytes += sum(b[2] for b in bufs)
+
+    def sealed(self):
+        """This, ready for recovery (its struct made), after the last add; None where
+        an add failed or none was made (the hashes queued are dropped first)."""
+        if self.failed or not self._idx:
+            self.drop()
+            return None
+        n = len(self._idx)
+        idx = (ctypes.c_size_t * n)(*self._idx)
+        csum = (ctypes.c_uint64 * n)(*self._host)
+        self._keep = (idx, csum)  # alive as long as the struct that points at them
+        self.struct = _lib.GivenChecksums(self.slot, self.step, n, idx, csum,
                                           ctypes.cast(self._fill, ctypes.c_void_p)
                                           if self._fill else None, None)
+        return self
 
     def _filled(self, _arg, csum, n):
         """pmck_given_checksums.fill, on the thread that recovers: waits for the GPU."""
@@ -237,32 +274,17 @@ class _Recovery:
                 lib.pmck_gpu_hasher_delete(byref(h))
         self._hashers.clear()
 
-    def _hash_copies(self, slot, step, dev, bufs):
-        """For recovery to verify the early copies where they landed (_CopiesChecksums):
-        bufs, [(store index, address, bytes)] of the copies just queued on dev's
-        current stream, are hashed there, after them.  None where that is not to
-        be had (Store._verify_copies False, no library support, no hasher, a
-        buffer not 8-aligned is left to the CPU); then recovery hashes the region."""
+    def _copies_checksums(self, slot, step, dev):
+        """For recovery to verify a load's early copies where they land: a
+        _CopiesChecksums to add them to as they are queued, or None where that is
+        not to be had (Store._verify_copies False, no library support, no hasher
+        for dev); then recovery hashes the region."""
         if not self._verify_copies or _RECOVER_GIVEN is None:
             return None
-        bufs = [b for b in bufs if b[1] % 8 == 0]
-        if not bufs:
-            return None
-        nbytes = sum(b[2] for b in bufs)
-        idx = [b[0] for b in bufs]
-        if dev.type != "cuda":  # host tensors (tests): hashed by the host, now
-            return _CopiesChecksums(slot, step, idx, nbytes,
-                                    csum=[lib.pmck_tensor_checksum(a, n) for _, a, n in bufs])
+        if dev.type != "cuda":  # host tensors (tests): hashed by the host
+            return _CopiesChecksums(slot, step, dev)
         h = self._hasher(dev)
-        if h is None:
-            return None
-        n = len(bufs)
-        srcs = (ctypes.c_void_p * n)(*(b[1] for b in bufs))
-        lens = (ctypes.c_uint64 * n)(*(b[2] for b in bufs))
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        if lib.pmck_gpu_hasher_add(h, stream or None, n, srcs, lens) != 0:
-            return None  # nothing queued: the region is hashed as before
-        return _CopiesChecksums(slot, step, idx, nbytes, hasher=h)
+        return _CopiesChecksums(slot, step, dev, hasher=h) if h is not None else None
 
     def _start_early_copies(self, targets, made=False, newest=None):
         """For a load onto a GPU: starts copying tensors' bytes out of the newest
@@ -358,23 +380,48 @@ class _Recovery:
                 placed[name] = (t, at[name], n)
         except RuntimeError:  # torch.cuda.OutOfMemoryError among them
             return None
+        # The copies in pieces of about _HASH_PIECE bytes (cut between tensors), each
+        # hashed where it lands while the next one crosses (given), for recovery to compare.
+        given = self._copies_checksums(k, step, dev)
+        pieces, bufs, nbytes = [], [], 0  # pieces: [(copies, [(index, address, bytes)])]
+        copies = []
+        base = scratch.data_ptr() if scratch is not None else 0
+        for first, end, off in runs:
+            at_ = first  # the run's bytes up to here are in a piece
+            for addr, n, name, *_, idx in (r for r in rows if first <= r[0] < end):
+                bufs.append((idx, base + at[name], n))
+                nbytes += n
+                if nbytes >= _HASH_PIECE or addr + n == end:
+                    copies.append((scratch[off + at_ - first:off + addr + n - first],
+                                   at_, addr + n - at_))
+                    at_ = addr + n
+                if nbytes >= _HASH_PIECE:
+                    pieces.append((copies, bufs))
+                    copies, bufs, nbytes = [], [], 0
+        for addr, n, name, *_, idx in own:
+            t = placed[name][0]
+            copies.append((t.view(-1).view(torch.uint8), addr, n))
+            bufs.append((idx, t.data_ptr(), n))
+            nbytes += n
+            if nbytes >= _HASH_PIECE:
+                pieces.append((copies, bufs))
+                copies, bufs, nbytes = [], [], 0
+        if copies:
+            pieces.append((copies, bufs))
         try:
-            for first, end, off in runs:
-                scratch[off:off + end - first].copy_(_u8_view(first, end - first),
-                                                     non_blocking=True)
-            for addr, n, name, *_ in own:
-                placed[name][0].view(-1).view(torch.uint8).copy_(_u8_view(addr, n),
-                                                                 non_blocking=True)
+            for copies, bufs in pieces:
+                for dst, addr, n in copies:
+                    dst.copy_(_u8_view(addr, n), non_blocking=True)
+                if given is not None:
+                    given.add(bufs)
         except BaseException:  # a copy refused, an interrupt: none left reading the region
+            if given is not None:
+                given.drop()
             if dev.type == "cuda":
                 torch.cuda.current_stream(dev).synchronize()
             raise
-        # The copies hashed where they land (on the GPU, after them), for recovery to compare.
-        index = {r[2]: r[6] for r in own + rows}
-        given = self._hash_copies(k, step, dev, [
-            (index[name], t.data_ptr() if off is None else scratch.data_ptr() + off, n)
-            for name, (t, off, n) in placed.items()])
-        return _EarlyCopies(k, step, dev, scratch, placed, made, given)
+        return _EarlyCopies(k, step, dev, scratch, placed, made,
+                            given.sealed() if given is not None else None)
 
     def _newest_sealed_slot(self):
         """(slot, step) of the local store's newest sealed slot, not verified, the store

@@ -813,37 +813,38 @@ def test_early_load_verified_copies():
     if "copies_verified_bytes" in rec or same(st2, out):
         return f"_verify_copies=False: {rec}"
 
-    real = _recovery._Recovery._hash_copies
     newest = rec["slot"]
     path, off, _ = slot_address("early-verified", newest, "model/2.weight")
+    cls = _recovery._CopiesChecksums
+    real_add, real_sealed = cls.add, cls.sealed
 
-    def damaged_copy(self, slot, step, dev, bufs):
-        # the first copy damaged on its way (after it left the region, before its hash)
-        _, addr, n = bufs[0]
-        b = ctypes.c_uint8.from_address(addr + n // 2)
-        b.value ^= 0x20
-        return real(self, slot, step, dev, bufs)
-    _recovery._Recovery._hash_copies = damaged_copy
+    def damaged_copy(self, bufs):
+        # a copy damaged on its way (after it left the region, before its hash)
+        if bufs and not self._idx:
+            _, addr, n = bufs[0]
+            b = ctypes.c_uint8.from_address(addr + n // 2)
+            b.value ^= 0x20
+        return real_add(self, bufs)
+    cls.add = damaged_copy
     try:
         out, rec, warned = load()
     finally:
-        _recovery._Recovery._hash_copies = real
+        cls.add = real_add
     if rec["step"] != 1 or "early_bytes" in rec or "copies_verified_bytes" in rec:
         return f"a copy damaged on its way: loaded {rec}, wanted step 1 without the copies"
     r = same(st1, out)
     if r or not any("failed its checksum" in w for w in warned):
         return f"a copy damaged on its way: {r or 'no RecoveryWarning'} ({warned})"
 
-    def region_damaged_after(self, slot, step, dev, bufs):
+    def region_damaged_after(self):
         # the region damaged once the copies are made: recovery does not read those bytes
-        given = real(self, slot, step, dev, bufs)
         flip(path, off + 8)
-        return given
-    _recovery._Recovery._hash_copies = region_damaged_after
+        return real_sealed(self)
+    cls.sealed = region_damaged_after
     try:
         out, rec, _ = load()
     finally:
-        _recovery._Recovery._hash_copies = real
+        cls.sealed = real_sealed
     if rec["step"] != 2 or same(st2, out):
         return f"the copies taken, the region damaged after: loaded {rec}"
     out, rec, _ = load(verify=False)  # the region hashed: step 2 rejected
@@ -851,27 +852,38 @@ def test_early_load_verified_copies():
     if rec["step"] != 1:
         return f"the region hashed after damage: loaded {rec}, wanted step 1"
 
-    # fill through C: a stand-in hasher whose wait gives the values (or fails)
-    calls, fail = [], [0]
+    # A stand-in hasher: the binding's GPU path (adds by pieces, recovery's fill through
+    # C into Python and back, drop) with the library's two hasher calls replaced.
+    queued, calls, fail, adds = [], [], [0], []
 
-    def fake_wait(h, csum, n):
-        calls.append((h.value if isinstance(h, ctypes.c_void_p) else h, n))
-        if fail[0]:
-            return fail[0]
-        for j in range(n):
-            csum[j] = host_values[j]
+    def fake_add(h, stream, n, srcs, lens):
+        adds.append(n)
+        queued.extend(lib.pmck_tensor_checksum(srcs[i], lens[i]) for i in range(n))
         return 0
 
-    def with_fake_hasher(self, slot, step, dev, bufs):
-        host_values[:] = [lib.pmck_tensor_checksum(a, n) for _, a, n in bufs]
-        return _recovery._CopiesChecksums(slot, step, [b[0] for b in bufs],
-                                          sum(b[2] for b in bufs), hasher=ctypes.c_void_p(77))
-    host_values = []
+    def fake_wait(h, csum, n):
+        calls.append((h.value if isinstance(h, ctypes.c_void_p) else h, n, bool(csum)))
+        if csum and not fail[0]:
+            for j in range(n):
+                csum[j] = queued[j]
+        queued.clear()
+        return fail[0] if csum else 0
+
+    def with_fake_hasher(self, slot, step, dev):
+        return cls(slot, step, dev, hasher=ctypes.c_void_p(77))
     lib = _lib.lib
-    real_wait = lib.pmck_gpu_hasher_wait
-    _recovery._Recovery._hash_copies = with_fake_hasher
-    lib.pmck_gpu_hasher_wait = fake_wait
+    real_hasher, real_cs = (lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait), \
+        _recovery._Recovery._copies_checksums
+    stream = torch.cuda.current_stream
+
+    class NoStream:
+        cuda_stream = 0
+    _recovery._Recovery._copies_checksums = with_fake_hasher
+    lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait = fake_add, fake_wait
+    _recovery.torch.cuda.current_stream = lambda dev=None: NoStream()
+    piece = _recovery._HASH_PIECE
     try:
+        _recovery._HASH_PIECE = 4096  # several adds, so that order across them counts
         out, rec, _ = load()
         first = (list(calls), rec, same(st2, out))
         calls.clear()
@@ -879,12 +891,16 @@ def test_early_load_verified_copies():
         out, rec2, _ = load()
         second = (list(calls), rec2, same(st2, out))
     finally:
-        _recovery._Recovery._hash_copies = real
-        lib.pmck_gpu_hasher_wait = real_wait
+        _recovery._HASH_PIECE = piece
+        _recovery._Recovery._copies_checksums = real_cs
+        lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait = real_hasher
+        _recovery.torch.cuda.current_stream = stream
     got, rec, r = first
-    if len(got) != 1 or got[0][0] != 77 or got[0][1] != len(host_values) or r or \
-            rec.get("copies_verified_bytes", 0) <= 0:
-        return f"fill through C: calls {got}, {rec}, {r}"
+    if len(got) != 1 or got[0][0] != 77 or not got[0][2] or r or \
+            rec.get("copies_verified_bytes", 0) <= 0 or len(adds) < 4:
+        return f"fill through C: calls {got}, {rec}, {r}, adds {adds}"
+    T.diag(f"a stand-in hasher: fill called once for {got[0][1]} tensors, added in "
+           f"{len(adds) // 2} pieces")
     got, rec, r = second
     if len(got) != 1 or r or rec["step"] != 2 or "copies_verified_bytes" in rec:
         return f"a fill that fails: calls {got}, {rec}, {r} (wanted the region hashed)"
