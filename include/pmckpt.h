@@ -304,11 +304,14 @@ struct pmck_given_checksums {
 	/*
 	 * csum[j]: pmck_tensor_checksum of the copy of tensor idx[j], in the
 	 * caller's memory.  With fill NULL the caller has filled it; else
-	 * recovery calls fill(arg, csum, n) once, when it reaches that slot,
-	 * after hashing the slot's other tensors on the CPU (so that its pass
-	 * overlaps the caller's copies and hashes): pmck_gpu_hasher_fill, with
-	 * the hasher as arg.  fill returning nonzero: the checksums are
-	 * not used, and recovery hashes those tensors of the region itself.
+	 * recovery calls fill(arg, csum, n) exactly once if it verifies that
+	 * slot (n > 0), after hashing the slot's other tensors on the CPU (so
+	 * that its pass overlaps the caller's copies and hashes), also where
+	 * it then uses none of the values; never if it does not reach that
+	 * slot (so the caller waits for its own hashes then).
+	 * pmck_gpu_hasher_fill fits, with the hasher as arg.  fill returning
+	 * nonzero: the checksums are not used, and recovery hashes those
+	 * tensors of the region itself.
 	 */
 	uint64_t *csum;
 	int (*fill)(void *arg, uint64_t *csum, size_t n);
@@ -320,8 +323,9 @@ struct pmck_given_checksums {
  * pmck_store_recover), with the checksums of some tensors of one slot
  * given (*given), not computed from the region: when recovery verifies
  * slot given->slot, still sealed with given->step, each of those tensors
- * is compared with given->csum[j] instead of being hashed (and, with dst,
- * copied from the region all the same).  A given checksum that differs
+ * is compared with given->csum[j] instead of being hashed (one with a dst
+ * of its own is hashed while copied, as by pmck_store_recover_into, and
+ * its given value is not used).  A given checksum that differs
  * from the stored one rejects the slot, as a failed hash would.  The
  * other slot, and that slot once sealed with another step, are verified
  * in full.  The caller vouches that its copies were taken from that slot
@@ -694,13 +698,27 @@ int pmck_gpu_hasher_new(int device, struct pmck_gpu_hasher **out);
  * the host does not wait.  The buffers must not change, nor be freed,
  * until pmck_gpu_hasher_wait returns.  Their checksums are the next n
  * values that pmck_gpu_hasher_wait gives, in this order.
+ * For a queue longer than the room the hasher has, this call makes more
+ * and first waits (host) for the hashes queued so far, which wait for the
+ * caller's stream: pmck_gpu_hasher_reserve before queueing the copies
+ * keeps that wait out of their way.
  * Errors (nothing of this call is queued): -EINVAL (h NULL, srcs or lens
  * NULL with n > 0, a buffer not 8-aligned or not device memory of the
- * hasher's device), -ENOMEM; -EIO (CUDA failed: the buffers added since
- * the last wait are lost, and that wait says so).
+ * hasher's device), -ENOMEM; -EIO (CUDA failed, here or in an earlier add
+ * since the last wait: the buffers added since that wait are lost, and
+ * the next wait returns -EIO).
  */
 int pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n,
 		const void *const *srcs, const uint64_t *lens);
+
+/*
+ * pmck_gpu_hasher_reserve -- makes room for `chunks` chunks queued between
+ * two waits (a buffer of len bytes takes ceil(len / PMCK_HASH_CHUNK)), so
+ * that no add before the next wait has to make room.  Waits (host) for the
+ * hashes queued so far if it has to make room itself.
+ * Errors: -EINVAL (h NULL), -ENOMEM, -EIO.
+ */
+int pmck_gpu_hasher_reserve(struct pmck_gpu_hasher *h, size_t chunks);
 
 /*
  * pmck_gpu_hasher_wait -- waits (host) for the hashes queued since the last

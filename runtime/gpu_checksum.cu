@@ -152,8 +152,22 @@ struct pmck_gpu_hasher {
 	size_t cap, used;               /* chunks: room, queued */
 	size_t *nchunks;                /* per buffer added since the wait: its chunks */
 	size_t nbufs, bufs_cap;
-	int failed;                     /* an add failed after queueing work: its error */
+	int failed;                     /* an add failed after queueing work: the next wait says so */
+	int unsynced;                   /* work queued since the stream was last synchronised */
 };
+
+/* Waits for the hasher's stream; after it no kernel reads its lists. */
+static int
+sync_stream(struct pmck_gpu_hasher *h, const char *why)
+{
+	if (!h->unsynced)
+		return 0;
+	cudaError_t e = cudaStreamSynchronize(h->stream);
+	if (e != cudaSuccess)
+		return cuda_fail(e, why);
+	h->unsynced = 0;
+	return 0;
+}
 
 /* Room for `chunks` chunks; lists in use are first waited for, then carried over. */
 static int
@@ -174,12 +188,13 @@ grow_chunks(struct pmck_gpu_hasher *h, size_t chunks)
 		e = cudaHostGetDevicePointer((void **)&list_dev, list, 0);
 	if (e == cudaSuccess)
 		e = cudaHostGetDevicePointer((void **)&values_dev, values, 0);
-	if (e == cudaSuccess && h->used) /* the kernels queued so far read the old lists */
-		e = cudaStreamSynchronize(h->stream);
-	if (e != cudaSuccess) {
+	int ret = e == cudaSuccess ? 0 : cuda_fail(e, "allocating the hasher's lists");
+	if (!ret) /* the kernels queued so far read the old lists and write the old values */
+		ret = sync_stream(h, "waiting for the hashes before making room");
+	if (ret) {
 		cudaFreeHost(list);
 		cudaFreeHost(values);
-		return cuda_fail(e, "allocating the hasher's lists");
+		return ret;
 	}
 	if (h->used) {
 		memcpy(values, h->values, h->used * sizeof(*values));
@@ -261,6 +276,9 @@ pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n, const voi
 	if (!h || (n && (!srcs || !lens)))
 		return pmck__err(-EINVAL, "pmck_gpu_hasher_add: %s", !h ? "no hasher" :
 				"no buffers");
+	if (h->failed)
+		return pmck__err(-EIO, "pmck_gpu_hasher_add: an earlier add failed (CUDA): the "
+				"next pmck_gpu_hasher_wait drops its queue");
 	DEVICE_SCOPE(h);
 	size_t chunks = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -299,15 +317,28 @@ pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n, const voi
 	cudaError_t e = cudaEventRecord(h->after, caller_stream(stream));
 	if (e == cudaSuccess)
 		e = cudaStreamWaitEvent(h->stream, h->after, 0);
+	if (e == cudaSuccess)
+		h->unsynced = 1; /* the stream may now wait for the caller's */
 	ret = e == cudaSuccess ? pmck__gpu_hash_launch(h->list_dev + first, h->used - first,
 			h->blocks, h->stream) : cuda_fail(e, "ordering the hashes after the caller's stream");
 	if (ret) {
-		h->used = first; /* nothing queued by this call: its entries are free again */
-		/* The record or the wait may have been made: the buffers added earlier are kept. */
+		h->used = first; /* no kernel of this call reads its entries */
+		h->failed = ret;
 		return ret;
 	}
 	h->nbufs += n;
 	return 0;
+}
+
+extern "C" int
+pmck_gpu_hasher_reserve(struct pmck_gpu_hasher *h, size_t chunks)
+{
+	if (!h)
+		return pmck__err(-EINVAL, "pmck_gpu_hasher_reserve: no hasher");
+	if (chunks <= h->cap)
+		return 0;
+	DEVICE_SCOPE(h);
+	return grow_chunks(h, chunks);
 }
 
 extern "C" int
@@ -316,19 +347,23 @@ pmck_gpu_hasher_wait(struct pmck_gpu_hasher *h, uint64_t *out, size_t n)
 	if (!h || (out && n != h->nbufs) || (!out && n))
 		return pmck__err(-EINVAL, "pmck_gpu_hasher_wait: %s", !h ? "no hasher" :
 				!out && n ? "no room for the checksums" : "not the number of buffers added");
-	int ret = 0;
+	int ret;
 	{
+		/* Synchronised even if the device could not be made current: a stream is its device's. */
 		device_scope scope_(h->device);
-		cudaError_t e = scope_.err;
-		if (e == cudaSuccess)
-			e = cudaStreamSynchronize(h->stream);
-		if (e != cudaSuccess)
-			ret = cuda_fail(e, "waiting for the hashes");
+		ret = sync_stream(h, "waiting for the hashes");
+		if (!ret && scope_.err != cudaSuccess)
+			ret = cuda_fail(scope_.err, "making the hasher's device current");
 	}
+	if (!ret && h->failed)
+		ret = pmck__err(-EIO, "pmck_gpu_hasher_wait: an add since the last wait failed "
+				"(CUDA): its hashes and those before it are dropped");
 	if (!ret && out)
 		for (size_t i = 0, c = 0; i < h->nbufs; c += h->nchunks[i++])
 			out[i] = pmck__combine(&h->values[c], h->nchunks[i]);
+	/* Empty; the lists are reused only once the stream is synchronised (unsynced). */
 	h->used = h->nbufs = 0;
+	h->failed = 0;
 	return ret;
 }
 

@@ -132,6 +132,8 @@ pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n, const voi
 	return no_cuda();
 }
 
+int pmck_gpu_hasher_reserve(struct pmck_gpu_hasher *h, size_t chunks) { (void)h, (void)chunks; return no_cuda(); }
+
 int pmck_gpu_hasher_wait(struct pmck_gpu_hasher *h, uint64_t *out, size_t n) { (void)h, (void)out, (void)n; return no_cuda(); }
 
 int pmck_gpu_hasher_fill(void *hasher, uint64_t *csum, size_t n) { (void)hasher, (void)csum, (void)n; return no_cuda(); }

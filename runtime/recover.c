@@ -54,20 +54,26 @@ hash_spans(const struct pmck_store *s, unsigned k, void *const *dst,
  * dst, see struct verify); the chunk-hash array is free because no
  * checkpoint is in flight.  given (NULL: none; the caller checked that it
  * is slot k's): its tensors without a dst are compared with the caller's
- * checksums instead, fetched (fill) once the others are hashed.
+ * checksums instead, fetched (fill) once the others are hashed.  fill is
+ * called once whenever given names tensors, whatever happens here, so
+ * that the caller's hashes are always waited for.
  */
 static int64_t
 verify_slot(const struct pmck_store *s, unsigned k, void *const *dst,
 		const struct pmck_given_checksums *given)
 {
 	const uint32_t n = s->hdr->ntensors;
-	struct pmck_span *spans = malloc((n ? n : 1) * sizeof(*spans));
+	struct pmck_span *spans = calloc(n ? n : 1, sizeof(*spans));
 	size_t *from = given ? calloc(n ? n : 1, sizeof(*from)) : NULL; /* j + 1 of a given tensor */
 	int64_t bad = 0; /* cannot hash (out of memory): do not trust the slot */
 	size_t ngiven = 0;
+	const int fill = given && given->n && given->fill;
 
-	if (!spans || (given && !from))
+	if (!spans || (given && !from)) {
+		if (fill)
+			given->fill(given->arg, given->csum, given->n); /* waited for, not used */
 		goto out;
+	}
 	for (size_t j = 0; given && j < given->n; j++)
 		if (!dst || !dst[given->idx[j]]) { /* with a dst: hashed while copied */
 			from[given->idx[j]] = j + 1;
@@ -76,9 +82,11 @@ verify_slot(const struct pmck_store *s, unsigned k, void *const *dst,
 	for (uint32_t i = 0; i < n; i++)
 		spans[i] = (struct pmck_span){from && from[i] ? 0 : s->tmap[i].nbytes,
 				s->tmap[i].offset};
-	if (hash_spans(s, k, dst, spans))
+	int hashed = hash_spans(s, k, dst, spans);
+	int filled = fill ? given->fill(given->arg, given->csum, given->n) : 0;
+	if (hashed)
 		goto out;
-	if (ngiven && given->fill && given->fill(given->arg, given->csum, given->n) != 0) {
+	if (ngiven && filled != 0) {
 		/* The caller's checksums are not to be had: the region's bytes, hashed here. */
 		for (uint32_t i = 0; i < n; i++)
 			spans[i].nbytes = from[i] ? s->tmap[i].nbytes : 0;

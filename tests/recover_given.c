@@ -96,7 +96,7 @@ main(void)
 	const size_t ng = sizeof(gpu) / sizeof(gpu[0]);
 	uint64_t csum[NT];
 
-	plan(35);
+	plan(37);
 	unlink(path);
 	if (open_store(path, 64 << 20, 1, "m", d, NT, &r, &pool, &s))
 		bail("cannot make the store");
@@ -207,6 +207,19 @@ main(void)
 			!memcmp(dst[4], want[4], bytes[4]),
 			"step 2; 'odd' hashed and copied despite its wrong given value; 'step' copied");
 	csum[1] ^= 1;
+	/* fill with every given tensor copied to a dst: still called once (its hashes waited for), its values unused. */
+	void *all_dst[NT] = {dst[0], dst[1], dst[2], dst[3], NULL};
+	for (size_t j = 0; j < NT; j++)
+		fill_with[j] = ~csum[j < ng ? j : 0]; /* wrong, every one */
+	gf = g;
+	gf.csum = room;
+	gf.fill = fill_counted;
+	gf.arg = &fill_calls;
+	fill_calls = 0;
+	is_int(pmck_store_recover_given(s, all_dst, &gf, &rec), 0,
+			"fill, every given tensor with a dst of its own");
+	ok(rec.step == 2 && !rec.rejected && fill_calls == 1 && !memcmp(dst[0], want[0], bytes[0]),
+			"fill called once (%u), its wrong values unused: step 2, copied", fill_calls);
 
 	/* Both slots bad: the newest hashed and damaged, the older given and wrong. */
 	emb2[99] ^= 0x80;

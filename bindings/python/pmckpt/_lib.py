@@ -293,6 +293,7 @@ _OPTIONAL = {
     "pmck_gpu_hasher_new": (c_int, [c_int, vpp]),
     "pmck_gpu_hasher_add": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(c_void_p),
                                     POINTER(c_uint64)]),
+    "pmck_gpu_hasher_reserve": (c_int, [c_void_p, c_size_t]),
     "pmck_gpu_hasher_wait": (c_int, [c_void_p, POINTER(c_uint64), c_size_t]),
     "pmck_gpu_hasher_delete": (None, [vpp]),
     # the candidates the last recovery rejected (a library without it reports none)

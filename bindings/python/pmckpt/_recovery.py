@@ -190,10 +190,12 @@ class _CopiesChecksums:
         self.slot, self.step, self.dev = slot, step, dev
         self.nbytes = 0  # the bytes of the tensors added
         self._idx, self._host = [], []  # store indexes; the host's values (no hasher)
+        self._bytes = {}  # store index -> bytes
         self._hasher = hasher  # c_void_p, or None: the host hashes
         self.pending = False  # hashes queued, not yet waited for
         self.failed = False  # an add failed: the values are not to be had
         self.had = hasher is None  # whether the values reached recovery (fill returned 0)
+        self.interrupted = None  # what interrupted fill (re-raised after recovery returns)
         self._fill = _FILL(self._filled) if hasher is not None else None
         self._keep = None
         self.struct = None
@@ -217,7 +219,25 @@ class _CopiesChecksums:
                 return
             self.pending = True
         self._idx += [b[0] for b in bufs]
+        self._bytes.update((b[0], b[2]) for b in bufs)
         self.nbytes += sum(b[2] for b in bufs)
+
+    def reserve(self, sizes):
+        """Room in the hasher for the chunks of buffers of these sizes (bytes), all
+        the load will add: made before the first copy, so that no add waits to
+        make room."""
+        if self._hasher is not None and not self.failed:
+            chunks = sum(-(-n // _lib.PMCK_HASH_CHUNK) for n in sizes)
+            if lib.pmck_gpu_hasher_reserve(self._hasher, chunks) != 0:
+                self.failed = True  # nothing queued yet: the region is hashed
+
+    def verified_bytes(self, hashed_anyway=()):
+        """The bytes recovery verified by these checksums, not those of the indexes
+        in hashed_anyway (tensors with a destination of their own, which recovery
+        hashes while it copies them), if the values reached it."""
+        if not self.had:
+            return 0
+        return sum(n for i, n in self._bytes.items() if i not in hashed_anyway)
 
     def sealed(self):
         """This, ready for recovery (its struct made), after the last add; None where
@@ -235,14 +255,18 @@ class _CopiesChecksums:
         return self
 
     def _filled(self, _arg, csum, n):
-        """pmck_given_checksums.fill, on the thread that recovers: waits for the GPU."""
+        """pmck_given_checksums.fill, on the thread that recovers: waits for the GPU.
+        An exception here (an interrupt) cannot cross C: kept for the load to raise
+        once recovery returns, and the values not used (recovery hashes the region)."""
         try:
-            self.pending = False
             rc = lib.pmck_gpu_hasher_wait(self._hasher, csum, n)
-            self.had = rc == 0
-            return rc
-        except BaseException:  # noqa: BLE001 -- never through C: recovery hashes the region
+        except BaseException as e:  # noqa: BLE001 -- re-raised by Store._recover
+            self.interrupted = e
             return -1
+        if rc != _lib.EINVAL:  # -EINVAL empties nothing: drop() still waits
+            self.pending = False
+        self.had = rc == 0
+        return rc
 
     def drop(self):
         """Waits for the hashes that recovery did not take, and drops them: the
@@ -259,13 +283,12 @@ class _Recovery:
         """The store's pmck_gpu_hasher for CUDA device dev (made at first use, deleted
         by close()), or None where there is none to make: a library without it or
         without CUDA (the reason is kept in the store's _hashers, not retried)."""
-        if dev not in self._hashers:
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index not in self._hashers:
             h = ctypes.c_void_p()
-            ok = _HASHER_NEW is not None and _HASHER_NEW(
-                dev.index if dev.index is not None else torch.cuda.current_device(),
-                byref(h)) == 0
-            self._hashers[dev] = h if ok else None
-        return self._hashers[dev]
+            ok = _HASHER_NEW is not None and _HASHER_NEW(index, byref(h)) == 0
+            self._hashers[index] = h if ok else None
+        return self._hashers[index]
 
     def _close_hashers(self):
         """Deletes the store's hashers (close())."""
@@ -383,6 +406,8 @@ class _Recovery:
         # The copies in pieces of about _HASH_PIECE bytes (cut between tensors), each
         # hashed where it lands while the next one crosses (given), for recovery to compare.
         given = self._copies_checksums(k, step, dev)
+        if given is not None:
+            given.reserve(n for _, _, n in placed.values())
         pieces, bufs, nbytes = [], [], 0  # pieces: [(copies, [(index, address, bytes)])]
         copies = []
         base = scratch.data_ptr() if scratch is not None else 0
@@ -557,6 +582,8 @@ class _Recovery:
                 dst[idx] = b.data_ptr()
         if given is not None:
             rc = _RECOVER_GIVEN(self._h.store, dst, byref(given.struct), byref(rec))
+            if given.interrupted is not None:
+                raise given.interrupted
         elif fresh:
             rc = _RECOVER_INTO(self._h.store, dst, byref(rec))
         else:

@@ -211,7 +211,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
         # the early copies verified where they land (_hash_copies), not in the region
         self._verify_copies = True
-        self._hashers = {}  # CUDA device -> pmck_gpu_hasher (None: none to be had)
+        self._hashers = {}  # CUDA device index -> pmck_gpu_hasher (None: none to be had)
         self.last_recovery = None
         self._lock = threading.RLock()
         self._h = None
@@ -371,9 +371,11 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             if early is not None and not early.matches(self.last_recovery):
                 early.release()  # recovery chose another checkpoint: its copies go unused
                 early = None
-            elif early is not None and early.given is not None and early.given.had:
+            elif early is not None and early.given is not None and \
+                    early.given.verified_bytes(fresh or ()):
                 # bytes recovery verified by the copies' checksums, not in the region
-                self.last_recovery["copies_verified_bytes"] = early.given.nbytes
+                self.last_recovery["copies_verified_bytes"] = \
+                    early.given.verified_bytes(fresh or ())
         try:
             return self._load_checkpoint(early, targets, into, map_location, fresh)
         finally:

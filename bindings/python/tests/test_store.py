@@ -854,7 +854,11 @@ def test_early_load_verified_copies():
 
     # A stand-in hasher: the binding's GPU path (adds by pieces, recovery's fill through
     # C into Python and back, drop) with the library's two hasher calls replaced.
-    queued, calls, fail, adds = [], [], [0], []
+    queued, calls, fail, adds, reserved = [], [], [0], [], []
+
+    def fake_reserve(h, chunks):
+        reserved.append(chunks)
+        return 0
 
     def fake_add(h, stream, n, srcs, lens):
         adds.append(n)
@@ -872,38 +876,55 @@ def test_early_load_verified_copies():
     def with_fake_hasher(self, slot, step, dev):
         return cls(slot, step, dev, hasher=ctypes.c_void_p(77))
     lib = _lib.lib
-    real_hasher, real_cs = (lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait), \
-        _recovery._Recovery._copies_checksums
+    real_hasher, real_cs = (lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait,
+                            lib.pmck_gpu_hasher_reserve), _recovery._Recovery._copies_checksums
     stream = torch.cuda.current_stream
 
     class NoStream:
         cuda_stream = 0
     _recovery._Recovery._copies_checksums = with_fake_hasher
-    lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait = fake_add, fake_wait
+    lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait, lib.pmck_gpu_hasher_reserve = \
+        fake_add, fake_wait, fake_reserve
     _recovery.torch.cuda.current_stream = lambda dev=None: NoStream()
     piece = _recovery._HASH_PIECE
     try:
         _recovery._HASH_PIECE = 4096  # several adds, so that order across them counts
         out, rec, _ = load()
-        first = (list(calls), rec, same(st2, out))
+        first = (list(calls), rec, same(st2, out), list(adds), list(reserved))
         calls.clear()
         fail[0] = -5
         out, rec2, _ = load()
         second = (list(calls), rec2, same(st2, out))
+        calls.clear()
+        fail[0] = 0
+
+        def other_step(self):  # recovery never reaches their slot: the load drops them
+            given = real_sealed(self)
+            given.struct.step += 1000
+            return given
+        cls.sealed = other_step
+        out, rec3, _ = load()
+        third = (list(calls), rec3, same(st2, out))
     finally:
+        cls.sealed = real_sealed
         _recovery._HASH_PIECE = piece
         _recovery._Recovery._copies_checksums = real_cs
-        lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait = real_hasher
+        lib.pmck_gpu_hasher_add, lib.pmck_gpu_hasher_wait, lib.pmck_gpu_hasher_reserve = \
+            real_hasher
         _recovery.torch.cuda.current_stream = stream
-    got, rec, r = first
+    got, rec, r, adds, reserved = first
     if len(got) != 1 or got[0][0] != 77 or not got[0][2] or r or \
-            rec.get("copies_verified_bytes", 0) <= 0 or len(adds) < 4:
-        return f"fill through C: calls {got}, {rec}, {r}, adds {adds}"
+            rec.get("copies_verified_bytes", 0) <= 0 or len(adds) < 2 or \
+            len(reserved) != 1 or reserved[0] < sum(adds):  # 1 chunk a buffer, these being small
+        return f"fill through C: calls {got}, {rec}, {r}, adds {adds}, reserved {reserved}"
     T.diag(f"a stand-in hasher: fill called once for {got[0][1]} tensors, added in "
-           f"{len(adds) // 2} pieces")
+           f"{len(adds)} pieces")
     got, rec, r = second
     if len(got) != 1 or r or rec["step"] != 2 or "copies_verified_bytes" in rec:
         return f"a fill that fails: calls {got}, {rec}, {r} (wanted the region hashed)"
+    got, rec, r = third
+    if got != [(77, 0, False)] or r or rec["step"] != 2 or "copies_verified_bytes" in rec:
+        return f"checksums of another step: calls {got}, {rec}, {r} (wanted them dropped)"
 
 
 def test_early_load_made():
