@@ -14,7 +14,9 @@
  * same bytes as one copy, and against the copies into the registered region;
  * D and G again with device hashing (PMCK_GPU_HASH=device) against the same
  * strategy hashing on the CPU.  Then what the CPU can hash: XXH3 of the slot
- * on the writers' thread count, and pmck_store_recover's verification.
+ * on the writers' thread count, and pmck_store_recover's verification; and
+ * what the GPU can: pmck_gpu_hasher over the state in device memory (a
+ * load's verification of its copies), against one pinned D2H copy.
  *
  * Output: `bench: NAME VALUE UNIT` and `ratio: NAME VALUE` lines; # for context.
  */
@@ -352,6 +354,55 @@ file_verify_tput(struct pmck_store *s, const char *dir, unsigned reps)
 	printf("# a %.1f MB copy-out file: pmck_safetensors_verify against one thread hashing its "
 			"bytes through a fresh mapping\n", st.st_size / 1e6);
 }
+
+#ifdef PMCK_HAVE_CUDA
+/*
+ * The GPU's checksums of the state in device memory (pmck_gpu_hasher, with
+ * which a load verifies its copies where they land): bandwidth against the
+ * link's, whether the hashes would keep up with the copies a load makes
+ * (above 1 they do), and that they equal the host's (host[i]: the bytes
+ * the device tensors were filled from).
+ */
+static void
+gpu_hasher_figures(const struct pmck_store *s, const void *const *dsrc, void *const *host,
+		size_t nt, double bytes, double one_copy_tput, unsigned steps, double *times)
+{
+	struct pmck_gpu_hasher *h;
+	uint64_t *lens = calloc(nt, sizeof(*lens)), *out = calloc(nt, sizeof(*out));
+	size_t chunks = 0, differ = 0;
+
+	if (pmck_gpu_hasher_new(0, &h)) {
+		printf("# pmck_gpu_hasher: %s\n", pmck_errormsg());
+		free(lens);
+		free(out);
+		return;
+	}
+	for (size_t i = 0; i < nt; i++) {
+		struct pmck_tensor_info ti;
+		pmck_store_tensor(s, i, &ti);
+		lens[i] = ti.nbytes;
+		chunks += (ti.nbytes + PMCK_HASH_CHUNK - 1) / PMCK_HASH_CHUNK;
+	}
+	if (pmck_gpu_hasher_reserve(h, chunks))
+		die("pmck_gpu_hasher_reserve");
+	for (unsigned k = 0; k < steps; k++) {
+		double t0 = tool_now();
+		if (pmck_gpu_hasher_add(h, NULL, nt, dsrc, lens) || pmck_gpu_hasher_wait(h, out, nt))
+			die("pmck_gpu_hasher");
+		times[k] = tool_now() - t0;
+	}
+	for (size_t i = 0; i < nt; i++)
+		differ += out[i] != pmck_tensor_checksum(host[i], lens[i]);
+	double tput = bytes / tool_median(times, steps) / 1e9;
+	printf("bench: gpu_hasher_tput %.2f GB/s (%zu tensors, %zu of whose checksums differ from "
+			"the host's)\n", tput, nt, differ);
+	if (one_copy_tput > 0)
+		printf("ratio: gpu_hasher_tput_vs_pinned_d2h_one_copy %.3f\n", tput / one_copy_tput);
+	pmck_gpu_hasher_delete(&h);
+	free(lens);
+	free(out);
+}
+#endif
 
 int
 main(int argc, char **argv)
@@ -747,6 +798,8 @@ main(int argc, char **argv)
 		if (one_copy_tput > 0)
 			printf("ratio: cpu_checksum_tput_vs_pinned_d2h_one_copy %.3f\n",
 					hash_tput / one_copy_tput);
+		gpu_hasher_figures(s, (const void *const *)dsrc, src, nt, bytes, one_copy_tput, steps,
+				stall);
 		printf("# goal: gpu_direct_tput_vs_pinned_d2h >= 0.8\n");
 		for (size_t i = 0; i < nt; i++)
 			cudaFree(dsrc[i]);
