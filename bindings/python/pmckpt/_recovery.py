@@ -365,13 +365,15 @@ class _Recovery:
         own = [r for r in rows if made and r[1] >= _EARLY_OWN]
         rows = sorted((r for r in rows if not made or r[1] < _EARLY_OWN), key=lambda r: r[0])
         gap = min(_EARLY_GAP, _EARLY_OWN - 1) if made else _EARLY_GAP
-        runs, at = [], {}  # runs: [first address, end address, offset in scratch]
-        for addr, n, name, *_ in rows:
+        runs, at = [], {}  # runs: [first address, end address, offset in scratch, its rows]
+        for row in rows:
+            addr, n, name = row[:3]
             if runs and addr - runs[-1][1] <= gap:
                 runs[-1][1] = max(runs[-1][1], addr + n)
             else:
                 end = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
-                runs.append([addr, addr + n, -(-end // _EARLY_ALIGN) * _EARLY_ALIGN])
+                runs.append([addr, addr + n, -(-end // _EARLY_ALIGN) * _EARLY_ALIGN, []])
+            runs[-1][3].append(row)
             at[name] = runs[-1][2] + addr - runs[-1][0]
         size = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
         scratch, placed = None, {}
@@ -411,9 +413,9 @@ class _Recovery:
         pieces, bufs, nbytes = [], [], 0  # pieces: [(copies, [(index, address, bytes)])]
         copies = []
         base = scratch.data_ptr() if scratch is not None else 0
-        for first, end, off in runs:
+        for first, end, off, members in runs:
             at_ = first  # the run's bytes up to here are in a piece
-            for addr, n, name, *_, idx in (r for r in rows if first <= r[0] < end):
+            for addr, n, name, *_, idx in members:
                 bufs.append((idx, base + at[name], n))
                 nbytes += n
                 if nbytes >= _HASH_PIECE or addr + n == end:
