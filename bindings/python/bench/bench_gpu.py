@@ -42,7 +42,9 @@ skips where there is no GPU):
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
           like GPT-2 medium's with AdamW (1174 small tensors), against the same
           call without the store's memo of its previous save (call_cost); and
-          load_into_call_vs_without_memo, load(into=) of that state, the same way
+          load_into_call_vs_without_memo, load(into=) of that state, the same way;
+          and load_into_call_vs_copies_after_verify, that load against the same
+          one copying each tensor after verification (Store._early_load "never")
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -226,7 +228,7 @@ def call_cost(dev, a):
     st = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}
     ntensors = sum(1 for _ in bench_train.pmckpt_tensors(st))
     d = tempfile.mkdtemp(prefix="pmck-bench-call-", dir=a.shm)
-    memo, cold, load_memo, load_cold = [], [], [], []
+    memo, cold, load_memo, load_cold, load_late = [], [], [], [], []
     try:
         with pmckpt.Store(name="bench-call", ramdisk=d) as s:
             s.save(st, 1)
@@ -245,6 +247,13 @@ def call_cost(dev, a):
                 s._memo = None if i % 2 else kept
                 (load_cold if i % 2 else load_memo).append(timed(lambda: s.load(into=st), dev))
             s._memo = kept
+            # and with the copies after verification, one per tensor (Store._early_load
+            # "never"; the default copies these many small tensors early, _EARLY_MANY)
+            early_bytes = s.last_recovery.get("early_bytes", 0)
+            s._early_load = "never"
+            for i in range(a.call_reps):
+                load_late.append(timed(lambda: s.load(into=st), dev))
+            s._early_load = "auto"
     finally:
         subprocess.run(["rm", "-rf", d])
     med = statistics.median
@@ -254,6 +263,9 @@ def call_cost(dev, a):
     print(f"bench: load_into_call_{ntensors}_tensors {med(load_memo) * 1e3:.2f} ms")
     print(f"bench: load_into_call_{ntensors}_tensors_without_memo {med(load_cold) * 1e3:.2f} ms")
     print(f"ratio: load_into_call_vs_without_memo {med(load_memo) / med(load_cold):.3f}")
+    print(f"bench: load_into_call_{ntensors}_tensors_copies_after_verify "
+          f"{med(load_late) * 1e3:.2f} ms (the default's: {early_bytes} bytes crossed early)")
+    print(f"ratio: load_into_call_vs_copies_after_verify {med(load_memo) / med(load_late):.3f}")
 
 
 def main():

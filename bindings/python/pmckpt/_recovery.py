@@ -90,7 +90,8 @@ _RECOVER_GIVEN = _lib.optional("pmck_store_recover_given")
 _HASHER_NEW = _lib.optional("pmck_gpu_hasher_new")
 _FILL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
                          ctypes.c_size_t)
-_EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy
+_EARLY_MIN = 16 << 20  # a smaller load is not worth its second copy...
+_EARLY_MANY = 64       # ...unless of this many tensors or more: a few copies, not one each
 _EARLY_GAP = 1 << 20   # tensors of the slot closer than this cross in one copy
 _EARLY_OWN = 1 << 20   # a new tensor this large takes its bytes in a copy of its own
 _EARLY_ALIGN = 256     # each run in the scratch buffer starts where a CUDA allocation would
@@ -319,10 +320,13 @@ class _Recovery:
         be copied twice on the host), tensors on several devices, a region not
         registered with CUDA (a copy from it would not be asynchronous), a
         group's recovery (it may choose another step), less than _EARLY_MIN
-        bytes, too little free device memory for into='s scratch buffer beside
-        what the load still makes on that device while it lives (for new
-        tensors: the small ones are then left to the load, the others still
-        cross early).  newest: a callable giving _newest_tensors() of the load,
+        bytes in fewer than _EARLY_MANY tensors (many small ones cross in a few
+        copies this way, where the load after verification copies each: a
+        GPT-2-shaped state of 879 CUDA tensors, 15 MiB, under _EARLY_MIN, took
+        48-80 ms to load(into=) on the H200), too little free device memory for
+        into='s scratch buffer beside what the load still makes on that device
+        while it lives (for new tensors: the small ones are then left to the
+        load, the others still cross early).  newest: a callable giving _newest_tensors() of the load,
         for those bytes.  Store._early_load "always" takes host tensors too
         (tests), "never" none."""
         mode = self._early_load
@@ -356,7 +360,8 @@ class _Recovery:
                     (t is not None and t.numel() * t.element_size() != ti.nbytes):
                 continue  # the load's own checks will say what is wrong
             rows.append((_SLOT_DATA(s, k, idx), ti.nbytes, name, t, dtype, shape, idx))
-        if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN):
+        if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN and
+                        len(rows) < _EARLY_MANY):
             return None
         # New tensors (made) of _EARLY_OWN bytes or more take theirs in copies of their own;
         # the rest go through the scratch buffer, where the slot's neighbours (it holds the

@@ -129,6 +129,32 @@ def test_early_load():
         return "a copy's GPU checksum differs: step 1's tensors (zeros) not loaded"
 
 
+def test_early_load_many_small():
+    """load(into=) and load() of many small CUDA tensors, under 16 MiB in all
+    (_EARLY_MANY): their copies cross early, in a few copies, verified on the
+    GPU; bit-exact."""
+    g = torch.Generator(device=dev).manual_seed(7)
+    st = {f"p{i}": torch.randn(64 + i % 7, 64, device=dev, generator=g) for i in range(300)}
+    st["step"] = 2
+    want = clone(st)
+    saved_twice("gpu-early-many", st)
+    for into in (clone(st), None):
+        if into is not None:
+            for t in into.values():
+                if isinstance(t, torch.Tensor):
+                    t.zero_()
+        with pmckpt.Store(name="gpu-early-many", ramdisk=D) as s:
+            out = s.load(into=into) if into is not None else s.load()
+            rec = s.last_recovery
+        what = "into=" if into is not None else "new tensors"
+        nbytes = sum(t.numel() * 4 for k, t in st.items() if k != "step")
+        if rec.get("early_bytes") != nbytes or rec.get("copies_verified_bytes") != nbytes:
+            return f"{what}: 300 small tensors ({nbytes} bytes) not all early and verified: {rec}"
+        r = same(want, out)
+        if r:
+            return f"{what}: {r}"
+
+
 def test_early_load_made():
     """load() into new tensors of a CUDA state, and map_location="cuda" of a
     host one: the new CUDA tensors' copies cross PCIe while the CPU verifies
@@ -441,6 +467,8 @@ for src in ("direct", "kernel", "snapshot"):
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("load() into new CUDA tensors: copies overlapped with verification, bit-exact",
       test_early_load_made)
+T.run("load(into=) and load() of 300 small CUDA tensors: early, verified on the GPU, bit-exact",
+      test_early_load_many_small)
 T.run("early copies and free device memory: what the load makes beside the scratch buffer "
       "counted; too little room, the small new tensors after verification; bit-exact",
       test_early_load_memory)
