@@ -698,9 +698,9 @@ int pmck_gpu_hasher_new(int device, struct pmck_gpu_hasher **out);
  * the host does not wait.  The buffers must not change, nor be freed,
  * until pmck_gpu_hasher_wait returns.  Their checksums are the next n
  * values that pmck_gpu_hasher_wait gives, in this order.
- * For a queue longer than the room the hasher has, this call makes more
- * and first waits (host) for the hashes queued so far, which wait for the
- * caller's stream: pmck_gpu_hasher_reserve before queueing the copies
+ * For a queue longer than the room the hasher has, this call makes more,
+ * as pmck_gpu_hasher_reserve does (it waits for the hashes queued so far,
+ * which wait for the caller's stream): reserving before queueing the copies
  * keeps that wait out of their way.
  * Errors (nothing of this call is queued): -EINVAL (h NULL, srcs or lens
  * NULL with n > 0, a buffer not 8-aligned or not device memory of the
@@ -714,8 +714,10 @@ int pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n,
 /*
  * pmck_gpu_hasher_reserve -- makes room for `chunks` chunks queued between
  * two waits (a buffer of len bytes takes ceil(len / PMCK_HASH_CHUNK)), so
- * that no add before the next wait has to make room.  Waits (host) for the
- * hashes queued so far if it has to make room itself.
+ * that no add before the next wait has to make room.  Making room waits
+ * (host) for the hashes queued so far, and allocates pinned memory
+ * (cudaHostAlloc, cudaFreeHost), which may wait for the whole device: call
+ * it before queueing work that should not wait, and keep the hasher.
  * Errors: -EINVAL (h NULL), -ENOMEM, -EIO.
  */
 int pmck_gpu_hasher_reserve(struct pmck_gpu_hasher *h, size_t chunks);

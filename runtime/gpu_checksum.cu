@@ -177,6 +177,8 @@ grow_chunks(struct pmck_gpu_hasher *h, size_t chunks)
 	uint64_t *values = NULL, *values_dev = NULL;
 	size_t cap = h->cap ? h->cap : 1024;
 
+	if (chunks > SIZE_MAX / 2 / sizeof(*list))
+		return pmck__err(-ENOMEM, "pmck_gpu_hasher: room for %zu chunks is too much", chunks);
 	while (cap < chunks)
 		cap *= 2;
 	cudaError_t e = cudaHostAlloc((void **)&list, cap * sizeof(*list),
@@ -300,8 +302,11 @@ pmck_gpu_hasher_add(struct pmck_gpu_hasher *h, void *stream, size_t n, const voi
 	int ret = grow_bufs(h, n);
 	if (!ret && h->used + chunks > h->cap)
 		ret = grow_chunks(h, h->used + chunks);
-	if (ret)
+	if (ret) {
+		if (ret != -ENOMEM) /* the stream's state is unknown: the queue is lost */
+			h->failed = ret;
 		return ret;
+	}
 	size_t first = h->used;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t len = lens[i];
@@ -361,9 +366,13 @@ pmck_gpu_hasher_wait(struct pmck_gpu_hasher *h, uint64_t *out, size_t n)
 	if (!ret && out)
 		for (size_t i = 0, c = 0; i < h->nbufs; c += h->nchunks[i++])
 			out[i] = pmck__combine(&h->values[c], h->nchunks[i]);
-	/* Empty; the lists are reused only once the stream is synchronised (unsynced). */
+	/*
+	 * Empty; the lists are reused only once the stream is synchronised
+	 * (unsynced): after a failed synchronisation the adds refuse until a
+	 * wait has synchronised it.
+	 */
 	h->used = h->nbufs = 0;
-	h->failed = 0;
+	h->failed = h->unsynced ? -EIO : 0;
 	return ret;
 }
 

@@ -52,7 +52,7 @@ main(void)
 
 	if (pmck_gpu_available(0))
 		skip_all(pmck_errormsg());
-	plan(13);
+	plan(15);
 	is_int(pmck_gpu_hasher_new(0, &h), 0, "a hasher on device 0");
 	if (!h)
 		return done_testing();
@@ -157,6 +157,12 @@ main(void)
 		bad += all[i] != want[i];
 	ok(!rc && bad == 0, "room reserved for %d chunks, then %d buffers (%ld differ)", 4 * MOST,
 			MOST, bad);
+
+	/* Dropped: queued, then a wait without room; the hasher is empty after it. */
+	ok(!pmck_gpu_hasher_add(h, NULL, 2, s3, l3) && !pmck_gpu_hasher_wait(h, NULL, 0) &&
+			!pmck_gpu_hasher_wait(h, got, 0), "two queued, dropped by a wait without room: "
+			"then none is queued");
+	is_int(pmck_gpu_hasher_reserve(NULL, 1), -EINVAL, "reserve without a hasher: -EINVAL");
 
 	/* Deleted with work queued (the sanitizers and CUDA see what it leaves). */
 	pmck_gpu_hasher_add(h, NULL, 1, sbig, &lbig);

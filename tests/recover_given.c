@@ -4,7 +4,7 @@
  * tensors' checksums from the caller (a load's copies, hashed on the GPU)
  * instead of hashing them in the region.  Here the caller's checksums are
  * pmck_tensor_checksum over host copies, as pmck_gpu_hasher computes them
- * over device copies (tests/gpu_hash.c checks that equality on a GPU).
+ * over device copies (tests/gpu_hasher.c checks that equality on a GPU).
  */
 #include <errno.h>
 #include <string.h>
@@ -96,7 +96,7 @@ main(void)
 	const size_t ng = sizeof(gpu) / sizeof(gpu[0]);
 	uint64_t csum[NT];
 
-	plan(37);
+	plan(39);
 	unlink(path);
 	if (open_store(path, 64 << 20, 1, "m", d, NT, &r, &pool, &s))
 		bail("cannot make the store");
@@ -185,6 +185,14 @@ main(void)
 			"the region hashed: step 2 rejected at 'emb'");
 	emb2[7] ^= 0x01;
 	fill_ret = 0;
+	/* The slot rejected by a tensor the CPU hashes: fill still called, once. */
+	uint8_t *step2 = (uint8_t *)pmck_store_slot_tensor_data(s, k2, 4);
+	step2[3] ^= 0x08;
+	fill_calls = 0;
+	is_int(pmck_store_recover_given(s, NULL, &gf, &rec), 0, "'step' damaged in the given slot");
+	ok(fill_calls == 1 && rec.step == 1 && !strcmp(rec.rejected_tensor, "step"),
+			"rejected at 'step', step 1; fill called once (%u)", fill_calls);
+	step2[3] ^= 0x08;
 	/* The given slot never reached (the newest verifies): fill is not called. */
 	fill_calls = 0;
 	gf.slot = k1;

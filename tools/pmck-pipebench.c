@@ -360,16 +360,19 @@ file_verify_tput(struct pmck_store *s, const char *dir, unsigned reps)
  * The GPU's checksums of the state in device memory (pmck_gpu_hasher, with
  * which a load verifies its copies where they land): bandwidth against the
  * link's, whether the hashes would keep up with the copies a load makes
- * (above 1 they do), and that they equal the host's (host[i]: the bytes
- * the device tensors were filled from).
+ * (above 1 they do), and that they equal the host's.  The device tensors
+ * are first filled with pseudo-random bytes (host[i] is overwritten with
+ * them): the state's own bytes are uniform, which would hide a kernel that
+ * takes words in the wrong order.
  */
 static void
-gpu_hasher_figures(const struct pmck_store *s, const void *const *dsrc, void *const *host,
+gpu_hasher_figures(const struct pmck_store *s, void *const *dsrc, void *const *host,
 		size_t nt, double bytes, double one_copy_tput, unsigned steps, double *times)
 {
 	struct pmck_gpu_hasher *h;
 	uint64_t *lens = calloc(nt, sizeof(*lens)), *out = calloc(nt, sizeof(*out));
 	size_t chunks = 0, differ = 0;
+	uint64_t seed = 0x2545f4914f6cdd1dull;
 
 	if (pmck_gpu_hasher_new(0, &h)) {
 		printf("# pmck_gpu_hasher: %s\n", pmck_errormsg());
@@ -382,12 +385,20 @@ gpu_hasher_figures(const struct pmck_store *s, const void *const *dsrc, void *co
 		pmck_store_tensor(s, i, &ti);
 		lens[i] = ti.nbytes;
 		chunks += (ti.nbytes + PMCK_HASH_CHUNK - 1) / PMCK_HASH_CHUNK;
+		uint8_t *b = host[i];
+		for (uint64_t off = 0; off < ti.nbytes; off += 8) {
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			memcpy(b + off, &seed, ti.nbytes - off < 8 ? ti.nbytes - off : 8);
+		}
+		if (cudaMemcpy(dsrc[i], b, ti.nbytes, cudaMemcpyHostToDevice) != cudaSuccess)
+			die("cudaMemcpy");
 	}
 	if (pmck_gpu_hasher_reserve(h, chunks))
 		die("pmck_gpu_hasher_reserve");
 	for (unsigned k = 0; k < steps; k++) {
 		double t0 = tool_now();
-		if (pmck_gpu_hasher_add(h, NULL, nt, dsrc, lens) || pmck_gpu_hasher_wait(h, out, nt))
+		if (pmck_gpu_hasher_add(h, NULL, nt, (const void *const *)dsrc, lens) ||
+		    pmck_gpu_hasher_wait(h, out, nt))
 			die("pmck_gpu_hasher");
 		times[k] = tool_now() - t0;
 	}
@@ -798,8 +809,7 @@ main(int argc, char **argv)
 		if (one_copy_tput > 0)
 			printf("ratio: cpu_checksum_tput_vs_pinned_d2h_one_copy %.3f\n",
 					hash_tput / one_copy_tput);
-		gpu_hasher_figures(s, (const void *const *)dsrc, src, nt, bytes, one_copy_tput, steps,
-				stall);
+		gpu_hasher_figures(s, dsrc, src, nt, bytes, one_copy_tput, steps, stall);
 		printf("# goal: gpu_direct_tput_vs_pinned_d2h >= 0.8\n");
 		for (size_t i = 0; i < nt; i++)
 			cudaFree(dsrc[i]);

@@ -116,9 +116,10 @@ class _EarlyCopies:
 
     def __init__(self, slot, step, device, scratch, placed, made, given=None):
         self.slot, self.step, self.device = slot, step, device
-        # the copies' checksums, for recovery to take instead of hashing the region
-        # (_CopiesChecksums), or None
-        self.given = given
+        # the copies' checksums (_CopiesChecksums), for recovery to take instead of
+        # hashing the region: given, if it holds them (sealed), else None
+        self._checksums = given
+        self.given = given.sealed() if given is not None else None
         self.scratch = scratch  # None when every tensor took its bytes directly
         # name -> (tensor, offset in scratch or None: it took its bytes directly, bytes)
         self.placed = placed
@@ -166,8 +167,8 @@ class _EarlyCopies:
         makes tensors of its own).  Again, it does nothing."""
         if self.placed is None:
             return
-        if self.given is not None:
-            self.given.drop()  # the GPU's hashes read the copies: done before they go
+        if self._checksums is not None:
+            self._checksums.drop()  # the GPU's hashes read the copies: done before they go
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         # views of the scratch buffer too: a load that raised after take() keeps none alive
@@ -189,7 +190,6 @@ class _CopiesChecksums:
 
     def __init__(self, slot, step, dev, hasher=None):
         self.slot, self.step, self.dev = slot, step, dev
-        self.nbytes = 0  # the bytes of the tensors added
         self._idx, self._host = [], []  # store indexes; the host's values (no hasher)
         self._bytes = {}  # store index -> bytes
         self._hasher = hasher  # c_void_p, or None: the host hashes
@@ -221,7 +221,6 @@ class _CopiesChecksums:
             self.pending = True
         self._idx += [b[0] for b in bufs]
         self._bytes.update((b[0], b[2]) for b in bufs)
-        self.nbytes += sum(b[2] for b in bufs)
 
     def reserve(self, sizes):
         """Room in the hasher for the chunks of buffers of these sizes (bytes), all
@@ -242,9 +241,10 @@ class _CopiesChecksums:
 
     def sealed(self):
         """This, ready for recovery (its struct made), after the last add; None where
-        an add failed or none was made (the hashes queued are dropped first)."""
+        an add failed or none was made: then the hashes queued are dropped when
+        the copies' buffers go (_EarlyCopies.release), not now, which would wait
+        for the copies before recovery begins."""
         if self.failed or not self._idx:
-            self.drop()
             return None
         n = len(self._idx)
         idx = (ctypes.c_size_t * n)(*self._idx)
@@ -271,10 +271,13 @@ class _CopiesChecksums:
 
     def drop(self):
         """Waits for the hashes that recovery did not take, and drops them: the
-        copies' buffers may go only after (the GPU reads them on another stream)."""
-        if self.pending:
+        copies' buffers may go only after (the GPU reads them on another stream).
+        After a failed add too, which the hasher refuses others after until a
+        wait empties it."""
+        if self.pending or self.failed:
             self.pending = False
-            lib.pmck_gpu_hasher_wait(self._hasher, None, 0)
+            if self._hasher is not None:
+                lib.pmck_gpu_hasher_wait(self._hasher, None, 0)
 
 
 class _Recovery:
@@ -452,8 +455,7 @@ class _Recovery:
             if dev.type == "cuda":
                 torch.cuda.current_stream(dev).synchronize()
             raise
-        return _EarlyCopies(k, step, dev, scratch, placed, made,
-                            given.sealed() if given is not None else None)
+        return _EarlyCopies(k, step, dev, scratch, placed, made, given)
 
     def _newest_sealed_slot(self):
         """(slot, step) of the local store's newest sealed slot, not verified, the store

@@ -209,7 +209,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self.gpu_snapshot_on_wait = gpu_snapshot_on_wait
         self._gpu_warned = False
         self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
-        # the early copies verified where they land (_hash_copies), not in the region
+        # the early copies verified where they land (_copies_checksums), not in the region
         self._verify_copies = True
         self._hashers = {}  # CUDA device index -> pmck_gpu_hasher (None: none to be had)
         self.last_recovery = None

@@ -860,7 +860,12 @@ def test_early_load_verified_copies():
         reserved.append(chunks)
         return 0
 
+    add_fails = [0]
+
     def fake_add(h, stream, n, srcs, lens):
+        if add_fails[0]:
+            add_fails[0] -= 1
+            return -5
         adds.append(n)
         queued.extend(lib.pmck_tensor_checksum(srcs[i], lens[i]) for i in range(n))
         return 0
@@ -905,6 +910,20 @@ def test_early_load_verified_copies():
         cls.sealed = other_step
         out, rec3, _ = load()
         third = (list(calls), rec3, same(st2, out))
+        cls.sealed = real_sealed
+        # fill refused (-EINVAL: the hasher emptied nothing): the load drops them after
+        calls.clear()
+        fail[0] = _lib.EINVAL
+        out, rec4, _ = load()
+        fourth = (list(calls), rec4, same(st2, out))
+        fail[0] = 0
+        # an add that fails: no checksums for that load, its hasher emptied; the next one
+        # adds and fills again
+        calls.clear()
+        add_fails[0] = 1
+        out, rec5, _ = load()
+        out6, rec6, _ = load()
+        fifth = (list(calls), rec5, same(st2, out), rec6, same(st2, out6))
     finally:
         cls.sealed = real_sealed
         _recovery._HASH_PIECE = piece
@@ -925,6 +944,14 @@ def test_early_load_verified_copies():
     got, rec, r = third
     if got != [(77, 0, False)] or r or rec["step"] != 2 or "copies_verified_bytes" in rec:
         return f"checksums of another step: calls {got}, {rec}, {r} (wanted them dropped)"
+    got, rec, r = fourth
+    if [c[2] for c in got] != [True, False] or r or "copies_verified_bytes" in rec:
+        return f"fill refused with -EINVAL: calls {got}, {rec}, {r} (wanted a drop after it)"
+    got, rec, r, rec6, r6 = fifth
+    if [c[2] for c in got] != [False, True] or got[0] != (77, 0, False) or r or \
+            "copies_verified_bytes" in rec or r6 or rec6.get("copies_verified_bytes", 0) <= 0:
+        return (f"an add that fails: calls {got}, {rec}, {r}; the next load {rec6}, {r6} "
+                "(wanted the hasher emptied, then used again)")
 
 
 def test_early_load_made():
