@@ -329,9 +329,11 @@ class _Recovery:
         48-80 ms to load(into=) on the H200), too little free device memory for
         into='s scratch buffer beside what the load still makes on that device
         while it lives (for new tensors: the small ones are then left to the
-        load, the others still cross early).  newest: a callable giving _newest_tensors() of the load,
-        for those bytes.  Store._early_load "always" takes host tensors too
-        (tests), "never" none."""
+        load, the others still cross early).  newest: a callable giving
+        _newest_tensors() of the load, for those bytes.  Store._early_load
+        "always" takes host tensors too (tests), "never" none.  The copies'
+        checksums are computed where they land (_CopiesChecksums), for recovery
+        to compare."""
         mode = self._early_load
         if mode == "never" or not targets or _SLOT_DATA is None or self._coll is not None:
             return None
