@@ -23,6 +23,29 @@ class _Handles:
         self.local = local
         self.description = description
         self.prefaulted = prefaulted
+        self._tensors = self._slot_base = None
+
+    def tensors(self):
+        """{name: (index, pmck dtype, shape, offset in a slot, bytes)} of the open
+        store's tensors, read from the library once: its layout is fixed while it is
+        open (a load's lookups then cost no call per tensor)."""
+        if self._tensors is None:
+            s, ti, table = self.store, _lib.TensorInfo(), {}
+            for i in range(lib.pmck_store_ntensors(s)):
+                check(lib.pmck_store_tensor(s, i, byref(ti)))
+                table[ti.name.decode()] = (i, ti.dtype, tuple(ti.shape[:ti.ndim]), ti.offset,
+                                           ti.nbytes)
+            self._tensors = table
+        return self._tensors
+
+    def slot_address(self, slot, offset):
+        """The address of `offset` in slot `slot` (0 or 1) of the open store's region,
+        as pmck_store_slot_tensor_data gives a tensor's (fixed while it is open)."""
+        if self._slot_base is None:
+            first = next(iter(self.tensors().values()))
+            data = _lib.optional("pmck_store_slot_tensor_data")
+            self._slot_base = [data(self.store, k, first[0]) - first[3] for k in (0, 1)]
+        return self._slot_base[slot] + offset
 
     @property
     def region(self):

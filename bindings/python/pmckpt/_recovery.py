@@ -351,20 +351,20 @@ class _Recovery:
         if dev.type == "cuda" and not self._map_for_loads({}, {}, dev) and mode == "auto":
             return None
         k, step = sealed
-        s = self._h.store
+        table = self._h.tensors()
         # (address in the slot, bytes, name, tensor, dtype, shape, store index)
-        rows, ti = [], _lib.TensorInfo()
+        rows = []
         for name, (_, dtype, shape, t) in want.items():
             code = _TORCH_TO_PMCK.get(dtype)
             if code is None or (t is not None and not t.is_contiguous()):
                 continue
-            idx = lib.pmck_store_find(s, name.encode())
-            if idx < 0 or lib.pmck_store_tensor(s, idx, byref(ti)) < 0 or not ti.nbytes:
+            idx, stored, sshape, off, nbytes = table.get(name, (-1, None, None, 0, 0))
+            if idx < 0 or not nbytes:
                 continue
-            if ti.dtype != code or tuple(ti.shape[:ti.ndim]) != shape or \
-                    (t is not None and t.numel() * t.element_size() != ti.nbytes):
+            if stored != code or sshape != shape or \
+                    (t is not None and t.numel() * t.element_size() != nbytes):
                 continue  # the load's own checks will say what is wrong
-            rows.append((_SLOT_DATA(s, k, idx), ti.nbytes, name, t, dtype, shape, idx))
+            rows.append((self._h.slot_address(k, off), nbytes, name, t, dtype, shape, idx))
         if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN and
                         len(rows) < _EARLY_MANY):
             return None
@@ -397,10 +397,13 @@ class _Recovery:
             if size and (dev.type == "cuda" or mode == "always"):
                 made_small = sum(r[1] for r in rows if r[3] is None)
                 # what the load then makes on dev while the scratch buffer lives: tensors
-                # into= lacks, or (made) those not copied early
+                # into= lacks, or (made) those not copied early; none if into= has every
+                # tensor of the store (its metadata then need not be read for this)
                 kept = set(targets) if not made else {r[2] for r in own + rows}
-                later = sum(n for name, _, d, _, n, _, _ in (newest() if newest else None) or ()
-                            if name not in kept and _same_cuda_device(d, dev))
+                every = not made and all(n in kept for n in table if n != META_NAME)
+                later = 0 if every else sum(
+                    n for name, _, d, _, n, _, _ in (newest() if newest else None) or ()
+                    if name not in kept and _same_cuda_device(d, dev))
                 free = sum(cuda_memory_free(dev)) if mode == "auto" else 0
                 if mode == "auto" and size + made_small + later > free - free // 8:
                     # the training's memory first
@@ -506,16 +509,15 @@ class _Recovery:
         if newest is None:
             return None
         _, names, infos = newest
-        s, ti, rows = self._h.store, _lib.TensorInfo(), []
+        table, rows = self._h.tensors(), []
         try:
             for name in names:
                 info = infos.get(name, {})
                 dev = torch.device(map_location if map_location is not None
                                    else info.get("dev", "cpu"))
-                idx = lib.pmck_store_find(s, name.encode())
-                if idx >= 0 and lib.pmck_store_tensor(s, idx, byref(ti)) >= 0 and ti.nbytes:
-                    rows.append((name, info, dev, idx, ti.nbytes, ti.dtype,
-                                 tuple(ti.shape[:ti.ndim])))
+                idx, code, shape, _, nbytes = table.get(name, (-1, None, None, 0, 0))
+                if idx >= 0 and nbytes:
+                    rows.append((name, info, dev, idx, nbytes, code, shape))
         except Exception:  # noqa: BLE001 -- unverified metadata that misleads: prepare nothing
             return None
         return rows

@@ -24,6 +24,7 @@ STRUCTS = {
     _lib.TensorDesc: "pmck_tensor_desc",
     _lib.TensorInfo: "pmck_tensor_info",
     _lib.Recovery: "pmck_recovery",
+    _lib.GivenChecksums: "pmck_given_checksums",
     _lib.PipelineOpts: "pmck_pipeline_opts",
     _lib.PipelineStats: "pmck_pipeline_stats",
     _lib.BuildInfo: "pmck_build_info",
