@@ -40,7 +40,7 @@ skips where there is no GPU):
           (DefaultSavePlanner(enable_plan_caching=True): the plans of the first
           save reused), where torch has it
   ratio: save_async_call_vs_without_memo  the save_async call of a state shaped
-          like GPT-2 medium's with AdamW (1174 small tensors), against the same
+          like GPT-2 medium's with AdamW (1172 small tensors), against the same
           call without the store's memo of its previous save (call_cost); and
           load_into_call_vs_without_memo, load(into=) of that state, the same way;
           and load_into_call_vs_copies_after_verify, that load against the same
@@ -209,7 +209,7 @@ class LoadPhases:
 
 def call_cost(dev, a):
     """The save_async call for a state shaped like GPT-2 medium's with AdamW (24
-    blocks: 1174 tensors, ~4500 values; small tensors, so that the call is what
+    blocks: 1172 tensors, ~4500 values; small tensors, so that the call is what
     is timed), against the same call without the memo of the store's previous
     save (Flattener(memo=): a tensor at the same key path with the same address,
     shape, strides, dtype and device is declared as then).  The baseline is made

@@ -63,6 +63,7 @@ class _Handles:
         if self.local is not None:
             lib.pmck_local_close(byref(self.local))
             self.local = None
+        self._tensors = self._slot_base = None  # addresses of a region no longer mapped
 
     def destroy_store(self, name):
         """Closes everything after deleting store `name` from the pool; returns how

@@ -98,6 +98,15 @@ _EARLY_ALIGN = 256     # each run in the scratch buffer starts where a CUDA allo
 _HASH_PIECE = 64 << 20  # the early copies hashed on the GPU by pieces of this many bytes
 
 
+def _early_pays(nbytes, saved, size):
+    """Whether a load's early copies pay: nbytes of tensors, `saved` copies fewer
+    than one per tensor (neighbours in the slot crossing together), a scratch
+    buffer of `size` bytes.  _EARLY_MIN bytes or more: they overlap the
+    verification.  A smaller load only where it saves _EARLY_MANY copies or more
+    with a scratch buffer not mostly of the gaps between its tensors."""
+    return nbytes >= _EARLY_MIN or (saved >= _EARLY_MANY and size <= 2 * nbytes + _EARLY_GAP)
+
+
 class _EarlyCopies:
     """A load's copies started before recovery has verified the checkpoint
     (Store._start_early_copies): tensors' bytes cross from the newest sealed
@@ -386,6 +395,9 @@ class _Recovery:
             runs[-1][3].append(row)
             at[name] = runs[-1][2] + addr - runs[-1][0]
         size = runs[-1][2] + runs[-1][1] - runs[-1][0] if runs else 0
+        if mode == "auto" and not _early_pays(sum(r[1] for r in own + rows),
+                                              len(rows) - len(runs), size):
+            return None
         scratch, placed = None, {}
         try:
             # The large new tensors first: the load makes them anyway.  Then the scratch

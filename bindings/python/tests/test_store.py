@@ -954,6 +954,54 @@ def test_early_load_verified_copies():
                 "(wanted the hasher emptied, then used again)")
 
 
+def test_early_load_lookups():
+    """The lookups of a load's early copies: the open store's tensor table read
+    once, each slot address as the library gives it (pmck_store_slot_tensor_data);
+    a load(into=) of every tensor does not read the newest slot's metadata to count
+    what it would make beside the scratch buffer, one of part of them does; and
+    when a small load (under _EARLY_MIN) copies early (_early_pays)."""
+    from pmckpt import _recovery
+    _, st2 = two_steps("early-lookups", seed=9)
+    calls = []
+    real = _recovery._Recovery._newest_tensors
+
+    def counted(self, map_location):
+        calls.append(map_location)
+        return real(self, map_location)
+    with pmckpt.Store(name="early-lookups", ramdisk=D) as s:
+        s.load()
+        h, data = s._h, _recovery._SLOT_DATA
+        table = h.tensors()
+        wrong = [(k, name) for name, (idx, _, _, off, _) in table.items() for k in (0, 1)
+                 if h.slot_address(k, off) != data(h.store, k, idx)]
+        if wrong or len(table) != lib.pmck_store_ntensors(h.store):
+            return f"slot addresses other than the library's: {wrong[:3]} ({len(table)} tensors)"
+        s._early_load = "always"
+        _recovery._Recovery._newest_tensors = counted
+        try:
+            full = zeroed(st2)
+            s.load(into=full)
+            every = len(calls)
+            part = {"model": {k: v for k, v in zeroed(st2)["model"].items()}}
+            s.load(into=part)
+            some = len(calls) - every
+        finally:
+            _recovery._Recovery._newest_tensors = real
+        r = same(st2, full)
+    if r or every != 0 or some != 1:
+        return (f"into= of every tensor read the metadata {every} times, of part of them "
+                f"{some} times (wanted 0, 1); {r}")
+    mib, pays = 1 << 20, _recovery._early_pays
+    cases = [(16 * mib, 0, 16 * mib, True),             # large: always
+             (300 * 16 << 10, 299, 300 * 16 << 10, True),  # 300 neighbours, one copy
+             (100 * 4096, 0, 100 * 4096, False),        # 100 apart in the slot: a copy each
+             (64 * 4096, 63, 64 * (4096 + mib), False),  # one run, mostly gaps
+             (63 * 4096, 62, 63 * 4096, False)]         # too few copies saved
+    bad = [c for c in cases if pays(*c[:3]) != c[3]]
+    if bad:
+        return f"_early_pays wrong for {bad}"
+
+
 def test_early_load_made():
     """load() into new tensors with their copies started before verification
     (_EarlyCopies made=True; on a GPU, for the tensors bound for it: here
@@ -1602,6 +1650,9 @@ T.run("destroy() frees the name for another layout", test_destroy)
 T.run("load(into=) with early copies: the verified checkpoint or nothing", test_early_load)
 T.run("load(into=)'s early copies verified by their own checksums, not the region's bytes",
       test_early_load_verified_copies)
+T.run("early copies' lookups: the store's table once, the library's slot addresses, no "
+      "metadata read for into= of every tensor; when a small load copies early",
+      test_early_load_lookups)
 T.run("load() into new tensors with early copies: direct or through the scratch buffer, "
       "the verified checkpoint or nothing", test_early_load_made)
 T.run("load() into new tensors with early copies: what the load without them returns, for "
