@@ -198,11 +198,9 @@ grow_chunks(struct pmck_gpu_hasher *h, size_t chunks)
 		cudaFreeHost(values);
 		return ret;
 	}
-	if (h->used) {
+	/* The queued kernels have run: their values move, their list entries are done with. */
+	if (h->used)
 		memcpy(values, h->values, h->used * sizeof(*values));
-		/* The copied entries still point at the old values: none is read again. */
-		memcpy(list, h->list, h->used * sizeof(*list));
-	}
 	cudaFreeHost(h->list);
 	cudaFreeHost(h->values);
 	h->list = list;

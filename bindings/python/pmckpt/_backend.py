@@ -4,6 +4,7 @@ namespace name), the ramdisk fallback, the region -> pool -> store opening
 (pmck_local_open: creating, or PMCK_LOCAL_EXISTING for what exists), the
 store's layout, and the copy-out tier attached to it.  Internals of
 pmckpt.Store (store.py), mixed into it."""
+import collections
 import ctypes
 import os
 from ctypes import byref, c_int, c_void_p
@@ -16,6 +17,12 @@ from .errors import CopyoutError, Error, LayoutError, PMA_E_NOT_POOL, PMA_E_UNSA
 from ._pipeline import _tasks
 
 
+# A tensor of an open store (pmck_tensor_info): index, pmck dtype, shape, offset in a
+# slot, bytes, layer.
+StoredTensor = collections.namedtuple("StoredTensor",
+                                      "index dtype shape offset nbytes layer")
+
+
 class _Handles:
     """A region, its pool and the store, opened together by pmck_local_open."""
 
@@ -26,15 +33,15 @@ class _Handles:
         self._tensors = self._slot_base = None
 
     def tensors(self):
-        """{name: (index, pmck dtype, shape, offset in a slot, bytes)} of the open
-        store's tensors, read from the library once: its layout is fixed while it is
-        open (a load's lookups then cost no call per tensor)."""
+        """{name: StoredTensor} of the open store's tensors, in index order, read from
+        the library once: its layout is fixed while it is open (its layout, and a
+        load's lookups, then cost no call per tensor)."""
         if self._tensors is None:
             s, ti, table = self.store, _lib.TensorInfo(), {}
             for i in range(lib.pmck_store_ntensors(s)):
                 check(lib.pmck_store_tensor(s, i, byref(ti)))
-                table[ti.name.decode()] = (i, ti.dtype, tuple(ti.shape[:ti.ndim]), ti.offset,
-                                           ti.nbytes)
+                table[ti.name.decode()] = StoredTensor(i, ti.dtype, tuple(ti.shape[:ti.ndim]),
+                                                       ti.offset, ti.nbytes, ti.layer)
             self._tensors = table
         return self._tensors
 
@@ -44,7 +51,7 @@ class _Handles:
         if self._slot_base is None:
             first = next(iter(self.tensors().values()))
             data = _lib.optional("pmck_store_slot_tensor_data")
-            self._slot_base = [data(self.store, k, first[0]) - first[3] for k in (0, 1)]
+            self._slot_base = [data(self.store, k, first.index) - first.offset for k in (0, 1)]
         return self._slot_base[slot] + offset
 
     @property
@@ -136,12 +143,7 @@ class _Backend:
 
     def _store_layout(self):
         """The layout of the open store; LayoutError if the binding did not write it."""
-        s = self._h.store
-        rows = []
-        info = _lib.TensorInfo()
-        for i in range(lib.pmck_store_ntensors(s)):
-            check(lib.pmck_store_tensor(s, i, byref(info)))
-            rows.append((info.name.decode(), info.dtype, tuple(info.shape[:info.ndim]), info.layer))
+        rows = [(name, t.dtype, t.shape, t.layer) for name, t in self._h.tensors().items()]
         if not rows or rows[-1][0] != META_NAME or rows[-1][1] != _lib.DT_BYTES:
             raise LayoutError(
                 f"store '{self.name}' in {self.region_path} was not written by the pmckpt Python "

@@ -13,7 +13,7 @@ from ctypes import byref
 import torch
 
 from . import _lib
-from ._lib import lib, check
+from ._lib import lib
 from ._pipeline import cuda_memory_free
 from ._state import (BLOB_HEAD, META_NAME, dense_permutation, parse_blob, torch_dtype,
                      tree_names, _PMCK_TO_TORCH, _TORCH_TO_PMCK)
@@ -367,15 +367,15 @@ class _Recovery:
             code = _TORCH_TO_PMCK.get(dtype)
             if code is None or (t is not None and not t.is_contiguous()):
                 continue
-            idx, stored, sshape, off, nbytes = table.get(name, (-1, None, None, 0, 0))
-            if idx < 0 or not nbytes:
+            st = table.get(name)
+            if st is None or not st.nbytes:
                 continue
-            if stored != code or sshape != shape or \
-                    (t is not None and t.numel() * t.element_size() != nbytes):
+            if st.dtype != code or st.shape != shape or \
+                    (t is not None and t.numel() * t.element_size() != st.nbytes):
                 continue  # the load's own checks will say what is wrong
-            rows.append((self._h.slot_address(k, off), nbytes, name, t, dtype, shape, idx))
-        if not rows or (mode == "auto" and sum(r[1] for r in rows) < _EARLY_MIN and
-                        len(rows) < _EARLY_MANY):
+            rows.append((self._h.slot_address(k, st.offset), st.nbytes, name, t, dtype, shape,
+                         st.index))
+        if not rows:
             return None
         # New tensors (made) of _EARLY_OWN bytes or more take theirs in copies of their own;
         # the rest go through the scratch buffer, where the slot's neighbours (it holds the
@@ -497,14 +497,11 @@ class _Recovery:
         newest = self._newest_sealed_slot()
         if newest is None:
             return None
-        s = self._h.store
-        meta = lib.pmck_store_find(s, META_NAME.encode())
-        if meta < 0:
+        meta = self._h.tensors().get(META_NAME)
+        if meta is None:
             return None
         try:
-            ti = _lib.TensorInfo()
-            check(lib.pmck_store_tensor(s, meta, byref(ti)))
-            doc, _ = _blob_at(_SLOT_DATA(s, newest[0], meta), ti.nbytes)
+            doc, _ = _blob_at(self._h.slot_address(newest[0], meta.offset), meta.nbytes)
             if doc.get("kind") != "state_dict":
                 return None
             return newest[0], tree_names(doc["tree"]), doc.get("tensors", {})
@@ -527,9 +524,9 @@ class _Recovery:
                 info = infos.get(name, {})
                 dev = torch.device(map_location if map_location is not None
                                    else info.get("dev", "cpu"))
-                idx, code, shape, _, nbytes = table.get(name, (-1, None, None, 0, 0))
-                if idx >= 0 and nbytes:
-                    rows.append((name, info, dev, idx, nbytes, code, shape))
+                st = table.get(name)
+                if st is not None and st.nbytes:
+                    rows.append((name, info, dev, st.index, st.nbytes, st.dtype, st.shape))
         except Exception:  # noqa: BLE001 -- unverified metadata that misleads: prepare nothing
             return None
         return rows
@@ -691,21 +688,18 @@ class _Recovery:
         self._recover_tiers()
 
     def _read_blob(self):
-        s = self._h.store
-        idx = lib.pmck_store_find(s, META_NAME.encode())
-        if idx < 0:
+        meta = self._h.tensors().get(META_NAME)
+        if meta is None:
             raise LayoutError(f"store '{self.name}' holds no {META_NAME} tensor")
-        return _blob_at(lib.pmck_store_tensor_data(s, idx), self._layout.capacity())
+        return _blob_at(lib.pmck_store_tensor_data(self._h.store, meta.index),
+                        self._layout.capacity())
 
     def _stored(self, name, info):
-        """(index, TensorInfo, shape, dtype) of tensor `name` in the recovered checkpoint."""
-        s = self._h.store
-        idx = lib.pmck_store_find(s, name.encode())
-        if idx < 0:
+        """(index, StoredTensor, shape, dtype) of tensor `name` in the recovered checkpoint."""
+        st = self._h.tensors().get(name)
+        if st is None:
             raise CorruptError(f"checkpoint metadata names tensor '{name}', which the store lacks")
-        ti = _lib.TensorInfo()
-        check(lib.pmck_store_tensor(s, idx, byref(ti)))
-        return (idx, ti, *_shape_dtype(ti, info))
+        return (st.index, st, *_shape_dtype(st, info))
 
     def _tensor_view(self, name, info, stored=None):
         """A tensor viewing the recovered checkpoint's bytes of `name` in the
@@ -761,6 +755,7 @@ def _blob_at(ptr, capacity):
     return parse_blob(ctypes.string_at(ptr, min(BLOB_HEAD.size + jlen + blen, capacity)))
 
 
-def _shape_dtype(ti, info):
-    shape = tuple(info["shape"]) if "shape" in info else tuple(ti.shape[:ti.ndim])
-    return shape, torch_dtype(info["dtype"]) if "dtype" in info else _PMCK_TO_TORCH[ti.dtype]
+def _shape_dtype(st, info):
+    """(shape, torch dtype) of a stored tensor (StoredTensor) as its metadata `info` says."""
+    shape = tuple(info["shape"]) if "shape" in info else st.shape
+    return shape, torch_dtype(info["dtype"]) if "dtype" in info else _PMCK_TO_TORCH[st.dtype]

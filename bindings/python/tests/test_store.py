@@ -972,8 +972,8 @@ def test_early_load_lookups():
         s.load()
         h, data = s._h, _recovery._SLOT_DATA
         table = h.tensors()
-        wrong = [(k, name) for name, (idx, _, _, off, _) in table.items() for k in (0, 1)
-                 if h.slot_address(k, off) != data(h.store, k, idx)]
+        wrong = [(k, name) for name, t in table.items() for k in (0, 1)
+                 if h.slot_address(k, t.offset) != data(h.store, k, t.index)]
         if wrong or len(table) != lib.pmck_store_ntensors(h.store):
             return f"slot addresses other than the library's: {wrong[:3]} ({len(table)} tensors)"
         s._early_load = "always"
