@@ -15,6 +15,7 @@ from .errors import (Error, NoCheckpointError, LayoutError, CorruptError, Versio
                      CheckpointsUnusableError, WorldSizeError, CopyoutError, UnsafePathError)
 from .store import Store, SaveHandle, RecoveryWarning, GpuPathWarning, GpuMemoryWarning
 from .hooks import hook_optimizer, hook_module
+from .gradlog import GradientLog, GradientLogHandle
 from .safetensors import load_file as load_safetensors, verify as verify_safetensors
 from . import _lib
 
@@ -38,5 +39,6 @@ __all__ = ["Store", "SaveHandle", "Error", "NoCheckpointError", "CheckpointsUnus
            "NotAPoolError", "TruncatedError", "SourceChangedError", "CopyoutError",
            "UnsafePathError",
            "RecoveryWarning", "GpuPathWarning", "GpuMemoryWarning", "hook_optimizer", "hook_module",
+           "GradientLog", "GradientLogHandle",
            "load_safetensors",
            "verify_safetensors", "gpu_available", "gpu_unavailable_reason", "library_path"]

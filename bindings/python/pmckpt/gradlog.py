@@ -1,0 +1,428 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""pmckpt.GradientLog: a checkpoint every step, every other one as the step's gradients.
+
+A checkpoint of a training state is mostly the parameters and the optimizer's
+state (Adam: two moments), which the next optimizer step rewrites in full.
+When a step's state is known, the next one follows from it and that step's
+gradients alone: the optimizer's step is a function of its state, its
+parameter groups (the learning rate the scheduler set), the parameters and
+their gradients.  So GradientLog alternates:
+
+  step t-1: the whole state, into a Store (two slots, as Store.save_async);
+  step t:   a *record*: the gradients optimizer.step() used at step t, and
+            everything of the state that the step does not produce (buffers,
+            the scheduler, RNG states, counters, any tensor that is not a
+            parameter or the optimizer's state), into a second Store;
+  step t+1: the whole state again, and so on.
+
+A record is a third of the bytes of the whole state for Adam (a parameter's
+gradient against the parameter and its two moments), so a checkpoint every
+step moves about two thirds of the bytes of whole states every step.  load()
+loads the newest whole state and, if the record of the step after it belongs
+to it, replays that step with the caller's optimizer: the result is the state
+of step t.  A record names the whole state it follows by a random id kept in
+both, so a record never applies to another state of the same step number (a
+rerun after a restart, whose steps differ on a GPU).
+
+The replay is exact when the optimizer's step is deterministic and a function
+of those inputs alone, as torch.optim's are (the same implementation, foreach
+or fused, on the same kind of device; the flags are in param_groups and come
+back with the optimizer's state_dict).  Steps that cannot be recorded so
+become whole states: a closure (LBFGS), GradScaler's fused unscaling
+(grad_scale/found_inf passed to the step), sparse gradients, no step or more
+than one since the whole state, gradients changed in place after the step,
+gradients on a layout other than the first record's.  A state_dict that does
+not hold the optimizer's state_dict() and every parameter it updates gives
+whole states only (GradientLog warns once, saying why).
+"""
+import collections
+import secrets
+import warnings
+
+import torch
+
+from .errors import CorruptError, Error, LayoutError, NoCheckpointError, CheckpointsUnusableError
+from .hooks import hook_optimizer, hook_module
+from .store import Store, RecoveryWarning
+
+__all__ = ["GradientLog", "GradientLogHandle"]
+
+_VERSION = 1
+_PLAIN = (dict, list, tuple)
+
+
+def _dict_copy(node, items):
+    """A mapping like node (a dict subclass with a constructor of its own,
+    defaultdict say, as a dict) of items, with node's _metadata (a module's
+    state_dict() carries its version there)."""
+    out = (type(node) if type(node) in (dict, collections.OrderedDict) else dict)(items)
+    meta = getattr(node, "_metadata", None)
+    if meta is not None:
+        out._metadata = meta
+    return out
+
+
+class GradientLogHandle:
+    """A checkpoint of GradientLog.save_async in flight.  kind: "state" (the
+    whole state) or "record" (the step's gradients).  wait() returns once the
+    step can be loaded: its checkpoint, and for a record the whole state it
+    follows, committed and durable; raises the failure of either."""
+
+    def __init__(self, step, kind, handle, base=None):
+        self.step = step
+        self.kind = kind
+        self._handle = handle
+        self._base = base  # a record: the SaveHandle of the state it follows
+
+    @property
+    def skipped(self):
+        return self._handle.skipped
+
+    @property
+    def done(self):
+        return self._handle.done and (self._base is None or self._base.done)
+
+    def wait(self):
+        self._handle.wait()
+        if self._base is not None:
+            self._base.wait()
+
+    def wait_for(self, tensors):
+        """Blocks until the given tensors are no longer read by this checkpoint."""
+        self._handle.wait_for(tensors)
+
+
+def _key(t):
+    return (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _fill(tree, fills, path=()):
+    """tree rebuilt with the values of fills (path tuple -> value) at their paths."""
+    if path in fills:
+        return fills[path]
+    if isinstance(tree, dict):
+        return _dict_copy(tree, ((k, _fill(v, fills, path + (k,))) for k, v in tree.items()))
+    if type(tree) in _PLAIN:
+        return type(tree)(_fill(v, fills, path + (i,)) for i, v in enumerate(tree))
+    return tree
+
+
+class GradientLog:
+    """Checkpoints of a training state every step, every other one as the
+    step's gradients (the module's documentation says how and when).
+
+    optimizer: the torch.optim.Optimizer whose steps are recorded; its
+    step-pre hooks are registered here (remove with close()): one takes each
+    step's gradients, and one (hook_optimizer) makes the step wait for the
+    whole state in flight, as for Store.save_async.
+    name, path, and the other keywords: those of Store, for the store of
+    whole states (name) and the store of records (name + "-grads", in the
+    same ramdisk directory; on PM, records_path is its own file or device).
+    Not with group= or partner=: a record is one rank's.  shared_dir copies
+    out the whole states only.
+
+    Use: after each step's optimizer.step() (and scheduler step),
+    save_async(state_dict, step), where state_dict holds the model's
+    state_dict(), the optimizer's state_dict() and whatever else a resume
+    needs; on restart, load() with the model and optimizer built as before.
+    A record takes each parameter's .grad from it (sets it to None, as
+    optimizer.zero_grad() does by default), so that the next backward
+    writes new gradients while the recorded ones are copied out."""
+
+    def __init__(self, optimizer, *, name="default", path=None, records_path=None,
+                 **store_kw):
+        if store_kw.get("group") not in (None, False) or store_kw.get("partner"):
+            raise ValueError("GradientLog keeps one rank's records: not with group= or "
+                             "partner= (use Store for multi-rank checkpoints)")
+        if (path is None) != (records_path is None):
+            raise ValueError("on PM, give path for the whole states and records_path for "
+                             "the records (two files or devices); on a ramdisk, neither")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("optimizer must be a torch.optim.Optimizer")
+        self.optimizer = optimizer
+        self.store = Store(path, name=name, **store_kw)
+        rec_kw = {k: v for k, v in store_kw.items()
+                  if k not in ("shared_dir", "keep", "copyout_every")}
+        try:
+            self.records = Store(records_path, name=f"{name}-grads", **rec_kw)
+        except BaseException:
+            self.store.close()
+            raise
+        self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
+                       hook_optimizer(optimizer, self.store)]
+        self._replaying = False
+        self._base = None  # (step, id, SaveHandle) of the whole state a record may follow
+        self._steps = 0  # optimizer steps since that state
+        self._taken = None  # the gradients of the one step since, with their versions
+        self._why_not = None  # why no state can be recorded as gradients (warned once)
+        self._grad_pattern = None  # which parameters had gradients in the records saved
+        self._records_newest = False  # the records store's newest step (False: not read yet)
+        self.last_recovery = None
+        self.records_saved = 0
+        self.states_saved = 0
+
+    # ------------------------------------------------------------ saving
+
+    def _params(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _pre_step(self, opt, args, kwargs):
+        if self._replaying:
+            return
+        self._steps += 1
+        if args and args[0] is opt:
+            args = args[1:]  # torch passes the optimizer itself first
+        plain = (not args and not kwargs and getattr(opt, "grad_scale", None) is None
+                 and getattr(opt, "found_inf", None) is None)
+        grads = [p.grad for p in self._params()]
+        if plain and not any(g is not None and (g.is_sparse or g.layout != torch.strided)
+                             for g in grads):
+            self._taken = [(g, g._version if g is not None else 0) for g in grads]
+        else:
+            self._taken = None
+
+    def _recordable(self, step):
+        """The gradients of step `step` if it can be a record, else None."""
+        if self._base is None or self._base[0] != step - 1 or self._steps != 1 \
+                or self._taken is None or self._base[2].skipped:
+            return None
+        if self._records_newest is False:
+            self._records_newest = self.records.newest_step()
+        if self._records_newest is not None and step <= self._records_newest:
+            return None  # records of a later step are there (the whole states' store was lost)
+        grads = []
+        for g, version in self._taken:
+            if g is not None and g._version != version:
+                return None  # changed in place since the step (zero_grad(set_to_none=False))
+            grads.append(g)
+        pattern = tuple(g is None for g in grads)
+        if self._grad_pattern is not None and pattern != self._grad_pattern:
+            return None
+        return grads
+
+    def _split(self, state):
+        """(rest, param paths, optimizer path): state without what the optimizer's
+        step produces; None with the reason in self._why_not if it cannot be."""
+        opt = self.optimizer
+        params = self._params()
+        index = {_key(p): i for i, p in enumerate(params)}
+        opt_keys = {_key(v) for s in opt.state.values() for v in s.values()
+                    if isinstance(v, torch.Tensor)}
+        paths, found = [], [None]
+
+        def is_opt_sd(node):
+            if not (isinstance(node, dict) and node.keys() == {"state", "param_groups"}
+                    and isinstance(node["state"], dict)
+                    and len(node["param_groups"]) == len(opt.param_groups)):
+                return False
+            ts = [v for s in node["state"].values() if isinstance(s, dict)
+                  for v in s.values() if isinstance(v, torch.Tensor)]
+            return bool(ts) and len(ts) == len(opt_keys) and \
+                all(_key(t) in opt_keys for t in ts)
+
+        def walk(node, path):
+            if isinstance(node, torch.Tensor):
+                i = index.get(_key(node))
+                if i is not None:
+                    paths.append([i, path])
+                    return None
+                return node.detach().clone()  # small: buffers, RNG states (captured now)
+            if is_opt_sd(node):
+                if found[0] is not None:
+                    raise _Unrecordable("the optimizer's state_dict appears twice")
+                found[0] = path
+                return {"param_groups": walk(node["param_groups"], path + ["param_groups"])}
+            if isinstance(node, dict):
+                return _dict_copy(node, ((k, walk(v, path + [k])) for k, v in node.items()))
+            if type(node) in _PLAIN:
+                return type(node)(walk(v, path + [k]) for k, v in enumerate(node))
+            return node
+
+        try:
+            rest = walk(state, [])
+        except _Unrecordable as e:
+            return self._cannot(str(e))
+        if found[0] is None:
+            return self._cannot("the state_dict holds no state_dict() of the optimizer "
+                                "(with its state: after a step)")
+        missing = set(range(len(params))) - {i for i, _ in paths}
+        if missing:
+            return self._cannot(f"{len(missing)} of the optimizer's {len(params)} parameters "
+                                "are not in the state_dict (as tensors sharing their memory)")
+        return rest, paths, found[0]
+
+    def _cannot(self, why):
+        if self._why_not is None:
+            warnings.warn(f"GradientLog: every checkpoint is a whole state: {why}",
+                          stacklevel=4)
+        self._why_not = why
+        return None
+
+    def save_async(self, state_dict, step):
+        """Starts the checkpoint of step `step` (after this step's optimizer.step())
+        and returns a GradientLogHandle: a record of this step's gradients if the
+        whole state of step-1 was saved and this step can be recorded, else the
+        whole state.  The whole state's tensors must stay unchanged until their
+        layers are persisted (the optimizer's hook waits for them); a record's
+        gradients are taken from the parameters, its other tensors copied now."""
+        step = int(step)
+        grads = self._recordable(step)
+        split = self._split(state_dict) if grads is not None else None
+        if split is not None:
+            rest, paths, opt_path = split
+            base_step, base_id, base_handle = self._base
+            rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
+                               "nparams": len(grads), "params": paths, "optim": opt_path},
+                   "grads": grads, "state": rest}
+            try:
+                h = self.records.save_async(rec, step)
+            except LayoutError:
+                h = None  # a record of another structure than the store's: a whole state
+            if h is not None:
+                self._grad_pattern = tuple(g is None for g in grads)
+                for p, g in zip(self._params(), grads):
+                    if p.grad is g:
+                        p.grad = None  # the next backward makes new ones
+                self._base, self._steps, self._taken = None, 0, None
+                self._records_newest = step
+                self.records_saved += 1
+                return GradientLogHandle(step, "record", h, base_handle)
+        base_id = secrets.randbits(62)
+        h = self.store.save_async({"gradlog": {"version": _VERSION, "id": base_id},
+                                   "state": state_dict}, step)
+        self._base = (step, base_id, h)
+        self._steps, self._taken = 0, None
+        self.states_saved += 1
+        return GradientLogHandle(step, "state", h)
+
+    def save(self, state_dict, step):
+        """save_async, then wait: returns once step `step` can be loaded."""
+        h = self.save_async(state_dict, step)
+        h.wait()
+        return h
+
+    def wait(self):
+        """Waits for both stores' checkpoints in flight; raises their failure."""
+        self.store.wait()
+        self.records.wait()
+
+    def hook_module(self, module):
+        """pmckpt.hook_module for the whole states (forward waits for a module's
+        buffers); a record copies buffers when it is saved."""
+        return hook_module(module, self.store)
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, *, map_location=None):
+        """Returns the state_dict of the newest step that can be loaded.
+
+        The newest verified whole state; then, if the record of the next step
+        follows that very state (its id) and verifies, that step replayed
+        with this GradientLog's optimizer: the parameters are set to the
+        state's, the optimizer loads its state_dict, takes the recorded
+        gradients and steps, then gets that step's parameter groups.  The
+        model and optimizer are left at the returned step; the returned
+        state_dict's parameters and optimizer state_dict are theirs (as
+        state_dict() gives), the rest is the record's.  Apply it as any
+        loaded state_dict (model.load_state_dict(...), ...).
+        last_recovery: step, whole_state_step, replayed, and each store's
+        own (state, record).  A record that fails verification warns
+        (RecoveryWarning) and the whole state is returned."""
+        full = self.store.load(map_location=map_location)
+        info = full.get("gradlog") if isinstance(full, dict) else None
+        if not isinstance(info, dict) or info.get("version") != _VERSION or "state" not in full:
+            raise CorruptError(f"store '{self.store.name}' does not hold GradientLog "
+                               "checkpoints (saved by Store.save, or another version)")
+        base_step = self.store.last_recovery["step"]
+        state, rec, rec_info = full["state"], None, None
+        try:
+            rec = self.records.load(step=base_step + 1, map_location=map_location)
+            rec_info = self.records.last_recovery
+        except NoCheckpointError:
+            pass
+        except CheckpointsUnusableError as e:
+            warnings.warn(RecoveryWarning(f"GradientLog: the record of step {base_step + 1} "
+                                          f"is unusable ({e}); step {base_step} loaded"))
+        replayed = rec is not None and rec.get("gradlog", {}).get("base") == info["id"]
+        if replayed:
+            state = self._replay(state, rec)
+        self._base, self._steps, self._taken = None, 0, None
+        self.last_recovery = {"step": base_step + 1 if replayed else base_step,
+                              "whole_state_step": base_step, "replayed": replayed,
+                              "state": self.store.last_recovery, "record": rec_info}
+        return state
+
+    def _replay(self, state, rec):
+        info = rec["gradlog"]
+        params = self._params()
+        if info["nparams"] != len(params) or len(rec["grads"]) != len(params):
+            raise Error(f"the optimizer has {len(params)} parameters, the record of "
+                        f"{info['nparams']}: not the optimizer the record was saved with")
+        paths = info["params"]
+        with torch.no_grad():
+            for i, path in paths:
+                src = _get(state, path)
+                p = params[i]
+                if not isinstance(src, torch.Tensor) or src.shape != p.shape \
+                        or src.dtype != p.dtype:
+                    raise Error(f"parameter {i} ({'/'.join(map(str, path))}): the whole "
+                                f"state holds {getattr(src, 'shape', type(src).__name__)}, "
+                                f"the optimizer's is {tuple(p.shape)} {p.dtype}")
+                p.copy_(src)
+        opt_path = info["optim"]
+        self.optimizer.load_state_dict(_get(state, opt_path))
+        for p, g in zip(params, rec["grads"]):
+            if g is not None and g.shape != p.shape:
+                raise Error(f"a recorded gradient of shape {tuple(g.shape)} for a parameter "
+                            f"of {tuple(p.shape)}")
+            p.grad = None if g is None else g.to(p.device, non_blocking=False)
+        self._replaying = True
+        try:
+            self.optimizer.step()
+        finally:
+            self._replaying = False
+            for p in params:
+                p.grad = None
+        sd = self.optimizer.state_dict()
+        sd["param_groups"] = _get(rec["state"], opt_path)["param_groups"]
+        self.optimizer.load_state_dict(sd)  # the scheduler's values for the next step
+        fills = {tuple(path): params[i].detach() for i, path in paths}
+        fills[tuple(opt_path)] = self.optimizer.state_dict()
+        return _fill(rec["state"], fills)
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self):
+        """Waits for the checkpoints in flight, removes the hooks, closes both stores."""
+        try:
+            self.wait()
+        finally:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            self.store.close()
+            self.records.close()
+
+    def destroy(self):
+        """close(), then deletes both stores' files (Store.destroy)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.store.destroy()
+        self.records.destroy()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _Unrecordable(Exception):
+    pass

@@ -1,0 +1,364 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""pmckpt.GradientLog: a checkpoint every step, every other one as that step's
+gradients, replayed on load.  Every loaded state must equal, bit for bit, the
+state the training held at that step; a record that does not belong to the
+newest whole state, or fails its checksums, must not be applied; every step
+that cannot be replayed exactly must be saved whole."""
+import os
+import warnings
+
+import torch
+
+import pmckpt
+from common import clone, flip, same, slot_address
+from tap import Tap
+from pmckpt._lib import lib
+
+T = Tap()
+D = T.tmpdir("pmck-py-gradlog-")
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+
+
+class Job:
+    """A small model with what a replay has to get right: two parameter groups
+    (weight decay on matrices only), a learning-rate schedule, BatchNorm's
+    buffers, dropout (the RNG state), a frozen parameter, one parameter that
+    gets no gradient, tied weights (one parameter under two names)."""
+
+    def __init__(self, seed=0, width=64, opt="adamw"):
+        torch.manual_seed(seed)
+        self.emb = torch.nn.Embedding(16, width)
+        self.body = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.BatchNorm1d(width),
+                                        torch.nn.ReLU(), torch.nn.Dropout(0.1))
+        self.head = torch.nn.Linear(width, 16, bias=False)
+        self.head.weight = self.emb.weight  # tied
+        self.unused = torch.nn.Parameter(torch.randn(3))  # in the optimizer, never a gradient
+        self.frozen = torch.nn.Parameter(torch.randn(5), requires_grad=False)
+        self.model = torch.nn.ModuleDict({"emb": self.emb, "body": self.body, "head": self.head})
+        self.model.register_parameter("unused", self.unused)
+        self.model.register_parameter("frozen", self.frozen)
+        mats = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        rest = [p for n, p in self.model.named_parameters() if p.dim() < 2 and p.requires_grad]
+        if opt == "adamw":
+            self.opt = torch.optim.AdamW([{"params": mats, "weight_decay": 0.1},
+                                          {"params": rest, "weight_decay": 0.0}],
+                                         lr=1e-2, betas=(0.9, 0.95), foreach=True)
+        else:
+            self.opt = torch.optim.SGD(mats + rest, lr=0.1, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda k: 1.0 / (1 + k))
+        self.step = 0
+
+    def forward_backward(self, step):
+        g = torch.Generator().manual_seed(1000 + step)
+        x = torch.randint(0, 16, (32,), generator=g)
+        y = torch.randint(0, 16, (32,), generator=g)
+        logits = self.head(self.body(self.emb(x)))
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        self.opt.zero_grad()
+        loss.backward()
+
+    def train_step(self):
+        self.step += 1
+        self.forward_backward(self.step)
+        self.opt.step()
+        self.sched.step()
+
+    def state(self):
+        return {"model": self.model.state_dict(), "optim": self.opt.state_dict(),
+                "sched": self.sched.state_dict(), "step": self.step,
+                "rng": torch.get_rng_state(), "note": ("tuple", 1)}
+
+    def apply(self, sd):
+        self.model.load_state_dict(sd["model"])
+        self.opt.load_state_dict(sd["optim"])
+        self.sched.load_state_dict(sd["sched"])
+        torch.set_rng_state(sd["rng"])
+        self.step = sd["step"]
+
+
+def reference(n):
+    """The states of an uninterrupted run without checkpoints, steps 1..n."""
+    job, out = Job(), {}
+    for _ in range(n):
+        job.train_step()
+        out[job.step] = clone(job.state())
+    return out
+
+
+REF = reference(12)
+
+
+def open_log(name, job, **kw):
+    return pmckpt.GradientLog(job.opt, name=name, ramdisk=D, **kw)
+
+
+def train(log, job, upto, kinds=None):
+    while job.step < upto:
+        job.train_step()
+        h = log.save_async(job.state(), job.step)
+        if kinds is not None:
+            kinds.append(h.kind)
+    log.wait()
+
+
+def loaded(name, **kw):
+    """(state, last_recovery, warnings) of a new job's load."""
+    job = Job(seed=99)  # other initial values: everything must come from the checkpoint
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with open_log(name, job, **kw) as log:
+            sd = log.load()
+            return sd, log.last_recovery, [str(x.message) for x in w], job
+
+
+def t_alternates(n):
+    name = f"alt{n}"
+    job, kinds = Job(), []
+    with open_log(name, job) as log:
+        train(log, job, n, kinds)
+        counts = (log.states_saved, log.records_saved)
+    want = ["state", "record"] * (n // 2) + ["state"] * (n % 2)
+    if kinds != want:
+        return f"kinds {kinds}, wanted {want}"
+    if counts != (n - n // 2, n // 2):
+        return f"counts {counts}"
+    sd, rec, warned, job2 = loaded(name)
+    if rec["step"] != n or rec["replayed"] != (n % 2 == 0) or rec["whole_state_step"] != n - (n % 2 == 0):
+        return f"last_recovery {rec}"
+    r = same(REF[n], sd)
+    if r:
+        return f"step {n} loaded: {r}"
+    # the model and optimizer were left at that step too, and training goes on from it
+    job2.apply(sd)
+    r = same(REF[n]["model"], job2.model.state_dict()) or \
+        same(REF[n]["optim"], job2.opt.state_dict())
+    if r:
+        return f"after apply: {r}"
+    with open_log(name, job2) as log:
+        train(log, job2, 12)
+    sd, rec, _, _ = loaded(name)
+    return same(REF[12], sd) or (None if rec["replayed"] == (12 - n) % 2 == 0 or
+                                 rec["step"] == 12 else f"then: {rec}")
+
+
+T.run("every step saved, whole states and records in turn: step 7 (a whole state) "
+      "loads bit-exact, and training resumed from it reaches step 12 bit-exact", t_alternates, 7)
+T.run("step 8 (a record) replayed onto step 7's whole state: bit-exact, the model and "
+      "optimizer left at step 8; resumed to step 12 bit-exact", t_alternates, 8)
+
+
+def t_bytes():
+    """A record holds the gradients and the small rest: a third of Adam's whole state."""
+    job = Job(width=512)
+    with open_log("bytes", job) as log:
+        train(log, job, 2)
+        full = lib.pmck_store_tensor_bytes(log.store._h.store)
+        rec = lib.pmck_store_tensor_bytes(log.records._h.store)
+    T.diag(f"tensor bytes of a slot: whole state {full >> 10} KiB, record {rec >> 10} KiB "
+           f"({rec / full:.3f})")
+    return None if rec / full < 0.36 else f"a record takes {rec / full:.3f} of a whole state"
+
+
+T.run("a record's store is about a third of the whole states' (AdamW: gradients against "
+      "parameters and two moments)", t_bytes)
+
+
+def t_grads_released():
+    job = Job()
+    with open_log("release", job) as log:
+        job.train_step()
+        log.save(job.state(), job.step)
+        if any(p.grad is None for p in job.opt.param_groups[0]["params"]):
+            return "a whole state's save took gradients"
+        job.train_step()
+        grads = [p.grad for g in job.opt.param_groups for p in g["params"]]
+        h = log.save_async(job.state(), job.step)
+        if h.kind != "record":
+            return f"second save: {h.kind}"
+        if any(p.grad is not None for g in job.opt.param_groups for p in g["params"]):
+            return "a record left .grad on the parameters"
+        h.wait()
+        if not h.done:
+            return "record handle not done after wait"
+        del grads
+    return None
+
+
+T.run("a record takes the step's gradients off the parameters (.grad None, as zero_grad), "
+      "a whole state leaves them", t_grads_released)
+
+
+def t_fallbacks():
+    """Steps that cannot be replayed exactly are saved whole."""
+    out = []
+    job = Job()
+    with open_log("fallback", job) as log:
+        job.train_step()
+        out.append(log.save(job.state(), job.step).kind)  # state
+        job.train_step()
+        job.train_step()  # two steps since the whole state
+        out.append(log.save(job.state(), job.step).kind)  # state
+        job.forward_backward(job.step + 1)
+        job.step += 1
+        job.opt.step(lambda: None)  # a closure
+        job.sched.step()
+        out.append(log.save(job.state(), job.step).kind)  # state (after a state)
+        job.train_step()
+        out.append(log.save(job.state(), job.step).kind)  # record
+        job.train_step()
+        out.append(log.save(job.state(), job.step).kind)  # state
+        job.train_step()
+        job.opt.zero_grad(set_to_none=False)  # the step's gradients changed in place
+        out.append(log.save(job.state(), job.step).kind)  # state
+        job.train_step()
+        job.opt.step()  # no: two steps
+        out.append(log.save(job.state(), job.step).kind)
+        job.train_step()
+        out.append(log.save(job.state(), job.step).kind)  # record
+        last, want_last = job.step, clone(job.state())
+    want = ["state", "state", "state", "record", "state", "state", "state", "record"]
+    if out != want:
+        return f"kinds {out}, wanted {want}"
+    sd, rec, _, _ = loaded("fallback")
+    if rec["step"] != last or not rec["replayed"]:
+        return f"last_recovery {rec}"
+    return same(want_last, sd)
+
+
+T.run("two steps since the whole state, a closure, gradients zeroed in place: saved whole; "
+      "records again after, and the last one loads bit-exact", t_fallbacks)
+
+
+def t_no_optimizer_state():
+    job = Job()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with open_log("noopt", job) as log:
+            kinds = []
+            for _ in range(4):
+                job.train_step()
+                kinds.append(log.save({"model": job.model.state_dict(), "step": job.step},
+                                      job.step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state"] * 4:
+        return f"kinds {kinds}"
+    if len(msgs) != 1 or "no state_dict() of the optimizer" not in msgs[0]:
+        return f"warnings {msgs}"
+    T.diag(msgs[0])
+    job = Job()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with open_log("noparam", job) as log:
+            kinds = []
+            for _ in range(3):
+                job.train_step()
+                st = job.state()
+                del st["model"]["body.0.weight"]
+                kinds.append(log.save(st, job.step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state"] * 3 or len(msgs) != 1 or "not in the state_dict" not in msgs[0]:
+        return f"kinds {kinds}, warnings {msgs}"
+    T.diag(msgs[0])
+    return None
+
+
+T.run("a state_dict without the optimizer's state, or without one of its parameters: "
+      "whole states only, one warning saying why", t_no_optimizer_state)
+
+
+def t_damaged_record():
+    job = Job()
+    with open_log("damaged", job) as log:
+        train(log, job, 4)
+    with pmckpt.Store(name="damaged-grads", ramdisk=D) as st:
+        st.load()
+        newest = st.last_recovery["slot"]  # the record of step 4
+    path, off, _ = slot_address(D, "damaged-grads", newest, "grads/0")
+    flip(path, off + 8)
+    sd, rec, warned, _ = loaded("damaged")
+    if rec["step"] != 3 or rec["replayed"]:
+        return f"last_recovery {rec}"
+    if not any("record of step 4" in w for w in warned):
+        return f"warnings {warned}"
+    T.diag(next(w for w in warned if "record of step 4" in w)[:300])
+    return same(REF[3], sd)
+
+
+T.run("a damaged record is not replayed: the whole state before it loads, with a "
+      "RecoveryWarning", t_damaged_record)
+
+
+def t_other_state():
+    """A record follows one whole state, named by its id, not by its step number: the
+    whole states' store lost (its file removed) and the job rerun from step 5 to a
+    whole state of step 7, the old step 8's record is not applied to it, and no record
+    older than it is saved."""
+    job = Job()
+    with open_log("other", job) as log:
+        train(log, job, 8)  # state 7, record 8
+    os.unlink(os.path.join(D, "pmckpt-other.pool"))
+    job = Job()
+    job.apply(clone(REF[5]))
+    for p in job.model.parameters():  # a different run from there (a GPU's rerun differs)
+        if p.requires_grad:
+            p.data.add_(1e-3)
+    kinds = []
+    with open_log("other", job) as log:
+        train(log, job, 7, kinds)
+        want = clone(job.state())
+    if kinds != ["state", "state"]:
+        return f"kinds {kinds}: a record of step 7 behind the record of step 8"
+    sd, rec, _, _ = loaded("other")
+    if rec["step"] != 7 or rec["replayed"]:
+        return f"the old record was applied: {rec}"
+    return same(want, sd)
+
+
+T.run("a record is applied only to the whole state it follows (its id), not to another "
+      "state of the same step", t_other_state)
+
+
+def t_sgd():
+    job = Job(opt="sgd")
+    with open_log("sgd", job) as log:
+        train(log, job, 6)
+        want = clone(job.state())
+    job2 = Job(seed=5, opt="sgd")
+    with open_log("sgd", job2) as log:
+        sd = log.load()
+        rec = log.last_recovery
+    if not rec["replayed"]:
+        return f"last_recovery {rec}"
+    return same(want, sd)
+
+
+T.run("SGD with momentum: a record replayed bit-exact", t_sgd)
+
+
+def t_bad_input():
+    job = Job()
+    T.raises("group= refused", ValueError, lambda: open_log("bad", job, group=True),
+             match="one rank's")
+    T.raises("path without records_path refused", ValueError,
+             lambda: pmckpt.GradientLog(job.opt, name="bad", path=os.path.join(D, "x.pool")),
+             match="records_path")
+    T.raises("not an optimizer", TypeError, lambda: pmckpt.GradientLog(object(), name="bad",
+                                                                          ramdisk=D))
+    T.raises("nothing saved: NoCheckpointError", pmckpt.NoCheckpointError,
+             lambda: open_log("empty", job).load())
+    with pmckpt.Store(name="plain", ramdisk=D) as s:
+        s.save(job.state(), 1)
+    T.raises("a store written by Store.save: CorruptError naming it", pmckpt.CorruptError,
+             lambda: open_log("plain", Job()).load(), match="GradientLog")
+    # a record replayed with an optimizer of other parameters
+    with open_log("mismatch", job) as log:
+        train(log, job, 2)
+    other = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
+    with pmckpt.GradientLog(other, name="mismatch", ramdisk=D) as log:
+        T.raises("an optimizer of other parameters: Error naming both counts", pmckpt.Error,
+                 log.load, match="parameters")
+
+
+t_bad_input()
+T.done()
