@@ -5,7 +5,9 @@ random moments, several of them while a checkpoint is being written, and
 restarts it each time.  Every loss any process logged, before or after a
 kill, must equal, bit for bit, the loss of an uninterrupted run without
 checkpoints; each restart must resume from the newest checkpoint that was
-committed.  Usage: test_resume.py [sync|async ...]  (default both)."""
+committed.  gradlog: pmckpt.GradientLog, a checkpoint every step, whole states
+and gradient records in turn, a record replayed onto its whole state on
+resume.  Usage: test_resume.py [sync|async|gradlog ...]  (default all three)."""
 import os
 import random
 import select
@@ -25,7 +27,9 @@ T.diag(f"seed {seed} (PMCK_TEST_SEED to repeat)")
 D = T.tmpdir("pmck-py-resume-")
 
 
-def spawn(mode, name, logpath, every=EVERY):
+def spawn(mode, name, logpath, every=None):
+    if every is None:
+        every = 1 if mode == "gradlog" else EVERY
     return subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), "--dir", D,
                              "--name", name, "--steps", str(STEPS), "--every", str(every),
                              "--mode", mode, "--log", logpath],
@@ -42,8 +46,9 @@ def run_to_end(p):
     return p.returncode, err.decode(errors="replace")
 
 
-def kill_at_save(p, nth, prefix=b"B "):
-    """Kills p right after it announces its nth checkpoint (stdout 'B step'), or nth prefix line."""
+def kill_at_save(p, nth, prefix=b"B ", suffix=b""):
+    """Kills p right after it announces its nth checkpoint (stdout 'B step'), or nth line
+    with that prefix and suffix."""
     seen = 0
     buf = b""
     deadline = time.time() + 120
@@ -59,7 +64,7 @@ def kill_at_save(p, nth, prefix=b"B "):
         buf += chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
-            if line.startswith(prefix):
+            if line.startswith(prefix) and line.endswith(suffix):
                 seen += 1
                 if seen == nth:
                     os.kill(p.pid, signal.SIGKILL)
@@ -102,6 +107,9 @@ def trial_series(mode):
     name = f"job-{mode}"
     logs, during, kills = [], 0, 0
     plan = ["save"] * 2 + ["time"] * 2
+    if mode == "gradlog":  # a checkpoint every step: later kills, and some after a record
+        plan += ["record"] * 2
+    saves, steps = (4, 12) if mode == "gradlog" else (2, 6)
     rng.shuffle(plan)
     plan.insert(0, "first")  # the first process dies in its first save: the store's creation
     extra = 3  # more attempts at a kill inside a save, if the first ones land outside
@@ -113,11 +121,13 @@ def trial_series(mode):
         logs.append(path)
         p = spawn(mode, name, path)
         if kind in ("save", "first"):
-            killed = kill_at_save(p, 1 if kind == "first" else rng.randint(1, 2))
+            killed = kill_at_save(p, 1 if kind == "first" else rng.randint(1, saves))
+        elif kind == "record":  # right after a record is committed (and its whole state)
+            killed = kill_at_save(p, 1, prefix=b"D ", suffix=b" record")
         else:
             # after a random number of training steps: tied to progress, not to a clock that
             # a loaded machine stretches (a process must not finish before its kill)
-            killed = kill_at_save(p, rng.randint(1, 6), prefix=b"L ")
+            killed = kill_at_save(p, rng.randint(1, steps), prefix=b"L ")
         recs = records(path)
         if not killed or (recs and recs[-1][0] == "F"):
             if p.returncode not in (0, -signal.SIGKILL):
@@ -177,8 +187,12 @@ def trial_series(mode):
          f"steps missing: {sorted(set(range(STEPS)) - covered)}")
     T.ok(not resume_bad, f"{mode}: every restart resumed from the newest committed checkpoint",
          "\n".join(resume_bad))
+    if mode == "gradlog":
+        replays = sum(1 for p in logs for r in records(p) if r[0] == "Y")
+        T.ok(replays >= 1, f"gradlog: {replays} of {len(logs) - 1} restarts resumed from a "
+             "record replayed onto its whole state")
 
 
-for mode in (sys.argv[1:] or ["sync", "async"]):
+for mode in (sys.argv[1:] or ["sync", "async", "gradlog"]):
     trial_series(mode)
 T.done()

@@ -10,7 +10,8 @@ each, appended to --log (they survive a SIGKILL in the page cache):
   L <step> <hex>    loss of <step>, float.hex (also printed to stdout)
   B <step>          a checkpoint of <step> begins (also printed to stdout)
   E <step>          save (sync: durable) / save_async (async: queued) returned
-  D <step>          async: the checkpoint of <step> is committed (handle.wait)
+  D <step>          async, gradlog: the checkpoint of <step> is committed (handle.wait;
+                    gradlog: a record and the whole state it follows)
 """
 import argparse
 import os
@@ -25,7 +26,8 @@ ap.add_argument("--dir", required=True)
 ap.add_argument("--name", default="train")
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--every", type=int, default=5, help="checkpoint every N steps; 0: never")
-ap.add_argument("--mode", choices=("sync", "async"), default="sync")
+ap.add_argument("--mode", choices=("sync", "async", "gradlog"), default="sync",
+                help="gradlog: pmckpt.GradientLog, save_async (whole states and records in turn)")
 ap.add_argument("--log", required=True)
 ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--width", type=int, default=1024)
@@ -49,7 +51,12 @@ model = torch.nn.Sequential(
     torch.nn.Linear(a.width, a.width), torch.nn.ReLU(), torch.nn.Dropout(0.1),
     torch.nn.Linear(a.width, 10))
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-store = pmckpt.Store(name=a.name, ramdisk=a.dir) if a.every else None
+if not a.every:
+    store = None
+elif a.mode == "gradlog":
+    store = pmckpt.GradientLog(opt, name=a.name, ramdisk=a.dir)  # hooks the optimizer itself
+else:
+    store = pmckpt.Store(name=a.name, ramdisk=a.dir)
 
 start = 0
 if store is not None:
@@ -61,8 +68,11 @@ if store is not None:
         start = sd["step"]
     except pmckpt.NoCheckpointError:
         pass
-    pmckpt.hook_optimizer(opt, store)
+    if a.mode != "gradlog":
+        pmckpt.hook_optimizer(opt, store)
 log(f"R {start}", echo=True)
+if a.mode == "gradlog" and store.last_recovery and store.last_recovery["replayed"]:
+    log(f"Y {start}")  # the step's record replayed onto the whole state before it
 
 
 def batch(step):
@@ -70,6 +80,13 @@ def batch(step):
     x = torch.randn(64, 32, generator=g)
     y = torch.randint(0, 10, (64,), generator=g)
     return x, y
+
+
+def done(h):
+    if a.mode == "gradlog":  # with its kind ("state" or "record"), for test_resume's kills
+        log(f"D {h.step} {h.kind}", echo=True)
+    else:
+        log(f"D {h.step}")
 
 
 pending = None
@@ -90,13 +107,13 @@ for step in range(start, a.steps):
         else:
             if pending is not None:
                 pending.wait()
-                log(f"D {pending.step}")
+                done(pending)
             log(f"B {step + 1}", echo=True)
             pending = store.save_async(state, step + 1)
             log(f"E {step + 1}")
 if pending is not None:
     pending.wait()
-    log(f"D {pending.step}")
+    done(pending)
 if store is not None:
     store.close()
 log("F", echo=True)
