@@ -51,7 +51,11 @@ skips where there is no GPU):
          (Store(gpu_source="snapshot"), Store(on_busy="queue")),
          gpu_train_device_hash_* (pmdh, pmqsnapdh),
          gpu_train_{,queue_}snapshot_on_wait_* (pmsow, pmqsow: Store(
-         gpu_snapshot_on_wait=True))   from bench_train.py
+         gpu_snapshot_on_wait=True)),
+         gpu_train_gradlog_{,snapshot_,queue_snapshot_}every_step_vs_none_b8
+         and gpu_train_gradlog_{,snapshot_}every_step_vs_whole_states_b8
+         (pmgl, pmglsnap, pmglqsnap: pmckpt.GradientLog, a whole state and
+         the next step's gradients in turn)   from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
@@ -65,7 +69,8 @@ load spends beyond the longer of the two.
 bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
 every step: a step's time without checkpoints (gpu_train_step_none_b8) against
 the state's crossing at the pinned D2H speed measured above
-(gpu_train_state_d2h_b8).
+(gpu_train_state_d2h_b8).  gpu_train_gradlog_every_step_pcie_bound_b8 the same
+for GradientLog, whose state and gradient record cross once every two steps.
 
 Each figure is the median of --reps repetitions (the training ratios: of
 --train-reps, 10 measured steps after 3 of warm-up each: the every-10
@@ -291,7 +296,8 @@ def main():
     ap.add_argument("--b32", default="none,pm_every1",
                     help="bench_train.py configurations at batch 32 (--b32= for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
-                    "pmq_every1,pmqsnap_every1,pmqsnap_every10,dcp_every1",
+                    "pmq_every1,pmqsnap_every1,pmqsnap_every10,pmgl_every1,pmglsnap_every1,"
+                    "pmglqsnap_every1,dcp_every1",
                     help="bench_train.py configurations at batch 8")
     a = ap.parse_args()
     dev = torch.device(a.device)
@@ -504,6 +510,13 @@ def main():
                  "gpu_train_snapshot_on_wait_every10_vs_none_b8",
              ("8", "train_tput_queue_snapshot_on_wait_every_step_vs_none"):
                  "gpu_train_queue_snapshot_on_wait_every_step_vs_none_b8"}
+    for batch in ("8", "32"):  # GradientLog: whole states and gradient records in turn
+        for kind in ("", "snapshot_", "queue_snapshot_"):
+            names[(batch, f"train_tput_gradlog_{kind}every_step_vs_none")] = \
+                f"gpu_train_gradlog_{kind}every_step_vs_none_b{batch}"
+        for kind in ("", "snapshot_"):
+            names[(batch, f"train_tput_gradlog_{kind}every_step_vs_whole_states")] = \
+                f"gpu_train_gradlog_{kind}every_step_vs_whole_states_b{batch}"
     for batch, configs in (("32", a.b32), ("8", a.b8)):
         if not configs:
             continue
@@ -530,6 +543,7 @@ def main():
                 print(f"bench: cost b{batch} {line[len('bench: cost '):]}")
             elif line.startswith("bench: train model"):
                 state_mb = float(w[w.index("checkpoint") + 1])
+                record_mb = float(w[w.index("record") + 1]) if "record" in w else None
                 tokens = int(w[w.index("tokens") - 1])
             elif line.startswith("bench: train_tput_none "):
                 # What PCIe allows: the state crosses once per checkpoint, at the pinned
@@ -541,6 +555,10 @@ def main():
                       f"({state_mb:.0f} MB)")
                 print(f"bench: gpu_train_every_step_pcie_bound_b{batch} "
                       f"{min(1.0, step / cross):.3f} of none")
+                if record_mb:  # GradientLog: a state and a record cross every two steps
+                    cross = (state_mb + record_mb) / 2 * 1e6 / (nbytes / d2h_best)
+                    print(f"bench: gpu_train_gradlog_every_step_pcie_bound_b{batch} "
+                          f"{min(1.0, step / cross):.3f} of none ({record_mb:.0f} MB a record)")
         if out.returncode:
             print(f"bench: bench_train batch {batch} failed ({out.returncode}): "
                   f"{out.stderr.strip().splitlines()[-1:]}")

@@ -41,6 +41,9 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   device what the writers have not reached, and the optimizer
                   waits for that copy only
   pmidle_every1   every step, writers SCHED_IDLE (Store(writer_policy="idle"))
+  pmgl_every1, pmglsnap_every1, pmglqsnap_every1  pmckpt.GradientLog (a whole
+                  state and the next step's gradients in turn, fewer bytes a
+                  step), as pm, pmsnap and pmqsnap
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
@@ -376,6 +379,55 @@ class PmCkpt:
             shutil.rmtree(self.shared, ignore_errors=True)
 
 
+class GradLogCkpt(PmCkpt):
+    """pmckpt.GradientLog: whole states and the next step's gradients in turn (its own
+    optimizer hook); the stores' figures summed."""
+
+    def __init__(self, a, job, every, name, **store_kw):
+        self.every = every
+        self.shared = None
+        self.env = set_env({})
+        self.log = pmckpt.GradientLog(job.opt, name=name, ramdisk=a.pm_dir, **store_kw)
+        self.store = self.log.store
+        self.call = 0.0
+        self.prof = cProfile.Profile() if a.profile_call else None
+
+    def save(self, job):
+        t0 = time.perf_counter()
+        if self.prof:
+            self.prof.enable()
+        self.log.save_async(job.state(), job.step)
+        if self.prof:
+            self.prof.disable()
+        self.call += time.perf_counter() - t0
+
+    def drain(self):
+        self.log.wait()
+
+    def stats(self):
+        out = PmCkpt.stats(self)
+        self.store, whole = self.log.records, self.store
+        try:
+            rec = PmCkpt.stats(self)
+        finally:
+            self.store = whole
+        for k, v in rec.items():
+            if k != "call_s":
+                out[k] = out.get(k, 0) + v
+        out["records"] = self.log.records_saved
+        return out
+
+    def close(self):
+        paths = (self.log.store.region_path, self.log.records.region_path)
+        self.log.destroy()
+        restore_env(self.env)
+        for p in paths:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
 class DcpCkpt:
     def __init__(self, a, job, every, name):
         import torch.distributed.checkpoint as dcp
@@ -463,6 +515,10 @@ def make_ckpt(cfg, a, job, name, group=None):
     if kind == "pmqsnap":  # both
         return PmCkpt(a, job, every, name, group=group, on_busy="queue", gpu_source="snapshot",
                       **kw)
+    if kind in ("pmgl", "pmglsnap", "pmglqsnap"):  # GradientLog: states and records in turn
+        extra = {"pmgl": {}, "pmglsnap": dict(gpu_source="snapshot"),
+                 "pmglqsnap": dict(gpu_source="snapshot", on_busy="queue")}[kind]
+        return GradLogCkpt(a, job, every, name, **extra, **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
     if kind == "dcp":
@@ -638,8 +694,12 @@ def main():
     job.train_step()  # the optimizer's state exists from the first step on
     nparams = job.nparams()
     sbytes = sum(t.numel() * t.element_size() for t in pmckpt_tensors(job.state()))
+    # a GradientLog record: the gradients (as the parameters), the rest of the state small
+    gbytes = sum(p.numel() * p.element_size() for p in job.module.parameters()
+                 if p.requires_grad)
     print(f"bench: train model {a.size} {nparams / 1e6:.1f} M parameters, "
           f"{job.tokens_per_step()} tokens a step, checkpoint {sbytes / 1e6:.0f} MB "
+          f"(gradient record {gbytes / 1e6:.0f} MB) "
           f"(after the first step), torch threads {a.torch_threads} (unless :tN), "
           f"{os.cpu_count()} CPUs, {a.warmup} warm-up + {a.steps} measured steps, "
           f"medians of {a.reps}; load average {' '.join(load0)} before, {' '.join(load1)} after")
@@ -708,6 +768,12 @@ def main():
     ratio("train_tput_snapshot_on_wait_every_step_vs_none", "pmsow_every1", "none", R)
     ratio("train_tput_snapshot_on_wait_every10_vs_none", "pmsow_every10", "none", R)
     ratio("train_tput_queue_snapshot_on_wait_every_step_vs_none", "pmqsow_every1", "none", R)
+    ratio("train_tput_gradlog_every_step_vs_none", "pmgl_every1", "none", R)
+    ratio("train_tput_gradlog_snapshot_every_step_vs_none", "pmglsnap_every1", "none", R)
+    ratio("train_tput_gradlog_queue_snapshot_every_step_vs_none", "pmglqsnap_every1", "none", R)
+    ratio("train_tput_gradlog_every_step_vs_whole_states", "pmgl_every1", "pm_every1", R)
+    ratio("train_tput_gradlog_snapshot_every_step_vs_whole_states", "pmglsnap_every1",
+          "pmsnap_every1", R)
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)

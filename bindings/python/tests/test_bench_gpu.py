@@ -67,7 +67,9 @@ def test_dry_run():
 TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "pmsow_every1": "train_tput_snapshot_on_wait_every_step_vs_none",
                  "pmqsow_every1": "train_tput_queue_snapshot_on_wait_every_step_vs_none",
-                 "pmdh_every1": "train_tput_device_hash_every_step_vs_none"}
+                 "pmdh_every1": "train_tput_device_hash_every_step_vs_none",
+                 "pmgl_every1": "train_tput_gradlog_every_step_vs_none",
+                 "pmglqsnap_every1": "train_tput_gradlog_queue_snapshot_every_step_vs_none"}
 
 
 def test_train_dry_run():
