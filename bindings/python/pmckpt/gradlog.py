@@ -125,7 +125,9 @@ class GradientLog:
     whole states (name) and the store of records (name + "-grads", in the
     same ramdisk directory; on PM, records_path is its own file or device).
     Not with group= or partner=: a record is one rank's.  shared_dir copies
-    out the whole states only.
+    out the whole states only.  The records' store writes from the GPU with
+    gpu_source "direct" where the whole states' use "snapshot" (nothing
+    changes a record's sources), and without snapshots on wait.
 
     Use: after each step's optimizer.step() (and scheduler step),
     save_async(state_dict, step), where state_dict holds the model's
@@ -147,8 +149,12 @@ class GradientLog:
             raise TypeError("optimizer must be a torch.optim.Optimizer")
         self.optimizer = optimizer
         self.store = Store(path, name=name, **store_kw)
+        # A record's sources are the gradients taken off the parameters and copies of the
+        # rest: nothing changes them, so a device snapshot of them would be a wasted copy.
         rec_kw = {k: v for k, v in store_kw.items()
-                  if k not in ("shared_dir", "keep", "copyout_every")}
+                  if k not in ("shared_dir", "keep", "copyout_every", "gpu_snapshot_on_wait")}
+        if rec_kw.get("gpu_source") == "snapshot":
+            rec_kw["gpu_source"] = "direct"
         try:
             self.records = Store(records_path, name=f"{name}-grads", **rec_kw)
         except BaseException:

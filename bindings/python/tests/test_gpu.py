@@ -7,7 +7,8 @@ on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
 tensors; device hashing (PMCK_GPU_HASH=device) through the same tests;
 snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training;
-loads whose copies cross while the slot is verified.
+loads whose copies cross while the slot is verified; GradientLog's records
+replayed on the GPU.
 Skipped, with the reason, where torch sees no GPU or this libpmckpt cannot
 use one."""
 import os
@@ -317,6 +318,49 @@ def test_train_every_step(on_busy="wait", src="direct", snapshot_on_wait=False):
                 return f"step {step}: {r}"
 
 
+def test_gradlog(src="direct", on_busy="wait", side=False):
+    """pmckpt.GradientLog every step on the GPU (whole states and gradient records in
+    turn), nothing synchronised, on the default stream or a side stream: the state
+    after 11 steps (a whole state) and after 12 (a record replayed with CUDA's AdamW
+    onto the whole state of step 11) load bit-exact into a new model and optimizer."""
+    def build():
+        m = model()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+        return m, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + k))
+
+    for n in (11, 12):
+        name = f"gpu-gradlog-{src}-{on_busy}-{int(side)}-{n}{SUFFIX}"
+        m, opt, sched = build()
+        stream = torch.cuda.Stream(dev) if side else torch.cuda.current_stream(dev)
+        kinds = []
+        with pmckpt.GradientLog(opt, name=name, ramdisk=D, gpu_source=src,
+                                on_busy=on_busy) as log, torch.cuda.stream(stream):
+            x = torch.randn(256, 512, device=dev)
+            for step in range(1, n + 1):
+                m(x * step).square().mean().backward()
+                opt.step()
+                sched.step()
+                st = {"model": m.state_dict(), "optim": opt.state_dict(),
+                      "sched": sched.state_dict(), "step": step}
+                want = clone(st)  # on the current stream, ordered after the step
+                kinds.append(log.save_async(st, step).kind)
+                opt.zero_grad()
+            log.wait()
+        if kinds != ["state", "record"] * (n // 2) + ["state"] * (n % 2):
+            return f"kinds {kinds}"
+        m2, opt2, _ = build()
+        with pmckpt.GradientLog(opt2, name=name, ramdisk=D, gpu_source=src) as log:
+            got = log.load()
+            rec = log.last_recovery
+        if rec["step"] != n or rec["replayed"] != (n % 2 == 0):
+            return f"{n} steps: last_recovery {rec}"
+        r = same(want, got)
+        if r:
+            return f"{n} steps: {r}"
+        if n % 2 == 0 and not all(p.is_cuda for p in got["model"].values()):
+            return "the replayed parameters are not on the GPU"
+
+
 def test_dcp(staging):
     import torch.distributed.checkpoint as dcp
     import pmckpt.dcp
@@ -494,6 +538,11 @@ for src, room in (("direct", True), ("direct", 5 << 20), ("kernel", True), ("sta
           "the newest checkpoints bit-exact", test_train_every_step, "wait", src, room)
 T.run("snapshots on wait with device hashing and on_busy='queue': every step bit-exact",
       device_hashing, test_train_every_step, "queue", "direct", True)
+for src, on_busy, side in (("direct", "wait", False), ("snapshot", "queue", False),
+                           ("direct", "wait", True)):
+    T.run(f"GradientLog every step, {src}, on_busy='{on_busy}'"
+          f"{', on a side stream' if side else ''}: a whole state and a record replayed "
+          "with CUDA's AdamW load bit-exact", test_gradlog, src, on_busy, side)
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)
