@@ -169,6 +169,7 @@ class GradientLog:
         self._why_not = None  # why no state can be recorded as gradients (warned once)
         self._grad_pattern = None  # which parameters had gradients in the records saved
         self._records_newest = False  # the records store's newest step (False: not read yet)
+        self._prev_record_base = None  # the SaveHandle of the last record's whole state
         self.last_recovery = None
         self.records_saved = 0
         self.states_saved = 0
@@ -276,7 +277,11 @@ class GradientLog:
         whole state of step-1 was saved and this step can be recorded, else the
         whole state.  The whole state's tensors must stay unchanged until their
         layers are persisted (the optimizer's hook waits for them); a record's
-        gradients are taken from the parameters, its other tensors copied now."""
+        gradients are taken from the parameters, its other tensors copied now.
+        A record waits for the whole state of the record before it, if that one
+        has not committed yet (possible with on_busy="queue"), since it overwrites
+        the record that is the newest loadable step until then; that whole
+        state's failure is raised here."""
         step = int(step)
         grads = self._recordable(step)
         split = self._split(state_dict) if grads is not None else None
@@ -286,6 +291,13 @@ class GradientLog:
             rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
                                "nparams": len(grads), "params": paths, "optim": opt_path},
                    "grads": grads, "state": rest}
+            # This record's slot holds the record before the previous one, which stays the
+            # newest loadable step until the previous record's whole state commits; with
+            # on_busy="queue" whole states can fall behind, so wait for it here: the newest
+            # loadable step must never go back (its failure is raised here).
+            prev = self._prev_record_base
+            if prev is not None and not prev.done:
+                prev.wait()
             try:
                 h = self.records.save_async(rec, step)
             except LayoutError:
@@ -296,6 +308,7 @@ class GradientLog:
                     if p.grad is g:
                         p.grad = None  # the next backward makes new ones
                 self._base, self._steps, self._taken = None, 0, None
+                self._prev_record_base = base_handle
                 self._records_newest = step
                 self.records_saved += 1
                 return GradientLogHandle(step, "record", h, base_handle)
@@ -319,9 +332,13 @@ class GradientLog:
         self.records.wait()
 
     def hook_module(self, module):
-        """pmckpt.hook_module for the whole states (forward waits for a module's
-        buffers); a record copies buffers when it is saved."""
-        return hook_module(module, self.store)
+        """pmckpt.hook_module for the whole states: each submodule with buffers
+        (BatchNorm's running statistics, updated in place by forward) waits for
+        them before its forward.  Needed, as for Store.save_async, when the state
+        holds such buffers; a record copies them at its call.  close() removes it."""
+        h = hook_module(module, self.store)
+        self._hooks.append(h)
+        return h
 
     # ------------------------------------------------------------ loading
 

@@ -5,6 +5,7 @@ state the training held at that step; a record that does not belong to the
 newest whole state, or fails its checksums, must not be applied; every step
 that cannot be replayed exactly must be saved whole."""
 import os
+import threading
 import warnings
 
 import torch
@@ -90,7 +91,9 @@ REF = reference(12)
 
 
 def open_log(name, job, **kw):
-    return pmckpt.GradientLog(job.opt, name=name, ramdisk=D, **kw)
+    log = pmckpt.GradientLog(job.opt, name=name, ramdisk=D, **kw)
+    log.hook_module(job.model)  # BatchNorm's buffers change in the next forward
+    return log
 
 
 def train(log, job, upto, kinds=None):
@@ -317,6 +320,55 @@ def t_other_state():
 
 T.run("a record is applied only to the whole state it follows (its id), not to another "
       "state of the same step", t_other_state)
+
+
+class Held:
+    """A SaveHandle held as not committed until gate is set (a whole state fallen behind)."""
+
+    def __init__(self, h, gate):
+        self._h, self._gate = h, gate
+        self.skipped = h.skipped
+
+    @property
+    def done(self):
+        return self._gate.is_set() and self._h.done
+
+    def wait(self):
+        self._gate.wait()
+        self._h.wait()
+
+
+def t_record_waits():
+    """Record 6 goes into record 2's slot.  Until the whole state of step 3 (record 4's
+    base) commits, record 2 on whole state 1 is the newest loadable step: record 6 must
+    wait for whole state 3, or a crash then would load step 1."""
+    job = Job()
+    gate = threading.Event()
+    out = []
+    with open_log("behind", job) as log:
+        real = log.store.save_async
+
+        def save_async(state, step):
+            h = real(state, step)
+            return Held(h, gate) if step == 3 else h
+        log.store.save_async = save_async
+        for _ in range(5):  # state 1, record 2, state 3 (held), record 4, state 5
+            job.train_step()
+            out.append(log.save_async(job.state(), job.step).kind)
+        job.train_step()
+        t = threading.Thread(target=lambda: out.append(log.save_async(job.state(), 6).kind))
+        t.start()
+        t.join(1.0)
+        blocked = t.is_alive()
+        gate.set()
+        t.join()
+    if out != ["state", "record"] * 3:
+        return f"kinds {out}"
+    return None if blocked else "record 6 began while whole state 3 was not committed"
+
+
+T.run("a record waits for the whole state of the record before it (fallen behind, as "
+      "on_busy='queue' allows): the newest loadable step never goes back", t_record_waits)
 
 
 def t_sgd():
