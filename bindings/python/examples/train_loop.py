@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""A complete training loop checkpointing with pmckpt, three ways (docs/python.md).
+"""A complete training loop checkpointing with pmckpt, four ways (docs/python.md).
 
-    python train_loop.py sync|async|dcp [--steps N] [--every K] [--dir DIR]
+    python train_loop.py sync|async|dcp|gradlog [--steps N] [--every K] [--dir DIR]
+
+gradlog checkpoints every step with pmckpt.GradientLog (a whole state and the
+next step's gradients in turn); --every then only sets how often it prints.
 
 Run it, kill it (Ctrl-C, kill -9) and run it again: it resumes from the
 newest checkpoint.  Without --pm it keeps the store in DIR/pmckpt-NAME.pool
@@ -19,12 +22,14 @@ import pmckpt
 import pmckpt.dcp
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=("sync", "async", "dcp"))
+ap.add_argument("mode", choices=("sync", "async", "dcp", "gradlog"))
 ap.add_argument("--steps", type=int, default=200)
 ap.add_argument("--every", type=int, default=20)
 ap.add_argument("--dir", default=None,
                 help="ramdisk directory for the store (default: your own, /dev/shm/pmckpt-UID)")
 ap.add_argument("--pm", default=None, help="a devdax device, fsdax file or namespace name")
+ap.add_argument("--pm-records", default=None,
+                help="gradlog with --pm: a second file or device for the gradient records")
 ap.add_argument("--shared", default=None, help="copy checkpoints out to this directory")
 a = ap.parse_args()
 
@@ -33,8 +38,12 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=0.5)
 
-store = pmckpt.Store(a.pm, name=f"example-{a.mode}", ramdisk=None if a.pm else a.dir,
-                     shared_dir=a.shared, keep=2)
+where = dict(name=f"example-{a.mode}", ramdisk=None if a.pm else a.dir, shared_dir=a.shared,
+             keep=2)
+if a.mode == "gradlog":  # hooks the optimizer itself
+    store = pmckpt.GradientLog(opt, path=a.pm, records_path=a.pm_records, **where)
+else:
+    store = pmckpt.Store(a.pm, **where)
 
 
 def batch(step):  # synthetic data: a pure function of the step
@@ -54,7 +63,7 @@ def train_step(step):
 
 # ---------------------------------------------------------------- resume
 start = 0
-if a.mode in ("sync", "async"):
+if a.mode in ("sync", "async", "gradlog"):
     try:
         sd = store.load()  # the newest checkpoint whose checksums verify
         model.load_state_dict(sd["model"])
@@ -85,12 +94,18 @@ if a.mode == "async":
 pending = None
 for step in range(start, a.steps):
     loss = train_step(step)
+    if a.mode == "gradlog":  # every step: a whole state, then the next step's gradients
+        state = {"model": model.state_dict(), "optim": opt.state_dict(),
+                 "sched": sched.state_dict(), "step": step + 1, "rng": torch.get_rng_state()}
+        store.save_async(state, step + 1)
     if (step + 1) % a.every:
         continue
     if a.mode == "sync":
         state = {"model": model.state_dict(), "optim": opt.state_dict(),
                  "sched": sched.state_dict(), "step": step + 1, "rng": torch.get_rng_state()}
         store.save(state, step + 1)  # durable when it returns
+    elif a.mode == "gradlog":
+        pass  # saved above
     elif a.mode == "async":
         state = {"model": model.state_dict(), "optim": opt.state_dict(),
                  "sched": sched.state_dict(), "step": step + 1, "rng": torch.get_rng_state()}

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The training-loop example of docs/python.md (examples/train_loop.py) runs
-in each mode, and a second run resumes where the first stopped, with the
+in each mode (gradlog: a checkpoint every step, step 40 a record), and a second run resumes where the first stopped, with the
 losses of one run straight through."""
 import os
 import re
@@ -29,13 +29,16 @@ os.makedirs(ref_dir)
 rc, out, err = run("sync", 80, ref_dir)
 ref = losses(out)
 T.ok(rc == 0 and len(ref) == 4, "the example runs 80 steps in one go", err)
-for mode in ("sync", "async", "dcp"):
+for mode in ("sync", "async", "dcp", "gradlog"):
     d = os.path.join(D, mode)
     os.makedirs(d)
     rc1, out1, err1 = run(mode, 40, d)
     rc2, out2, err2 = run(mode, 80, d)
     T.ok(rc1 == 0 and rc2 == 0 and "resumed at step 40" in out2,
          f"{mode}: the example resumes at step 40", err1 + err2 + out2)
+    if mode == "gradlog":  # step 40 is a record (whole states at odd steps): replayed
+        T.ok("'replayed': True" in out2, "gradlog: step 40 replayed onto step 39's whole state",
+             out2[:2000])
     both = {**losses(out1), **losses(out2)}
     T.ok(both == ref, f"{mode}: losses across the restart equal those of one run",
          f"{both}\n{ref}")
