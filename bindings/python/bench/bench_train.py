@@ -348,8 +348,8 @@ class PmCkpt:
         self.store.wait()
         self.store.wait_copyout()
 
-    def stats(self):
-        s = self.store.stats()
+    def stats(self, store=None):
+        s = (store or self.store).stats()
         out = {"wait_s": s.get("pipeline", {}).get("wait_ns", 0) / 1e9, "call_s": self.call,
                "committed": s.get("pipeline", {}).get("committed", 0),
                "skipped": s.get("pipeline", {}).get("skipped", 0),
@@ -406,12 +406,7 @@ class GradLogCkpt(PmCkpt):
 
     def stats(self):
         out = PmCkpt.stats(self)
-        self.store, whole = self.log.records, self.store
-        try:
-            rec = PmCkpt.stats(self)
-        finally:
-            self.store = whole
-        for k, v in rec.items():
+        for k, v in PmCkpt.stats(self, self.log.records).items():
             if k != "call_s":
                 out[k] = out.get(k, 0) + v
         out["records"] = self.log.records_saved
