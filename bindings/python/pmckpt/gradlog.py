@@ -36,12 +36,14 @@ not hold the optimizer's state_dict() and every parameter it updates gives
 whole states only (GradientLog warns once, saying why).
 """
 import collections
+import copy
 import secrets
 import warnings
 
+import numpy as np
 import torch
 
-from .errors import CorruptError, Error, LayoutError, NoCheckpointError, CheckpointsUnusableError
+from .errors import CorruptError, Error, LayoutError, NoCheckpointError
 from .hooks import hook_optimizer, hook_module
 from .store import Store, RecoveryWarning
 
@@ -52,9 +54,9 @@ _PLAIN = (dict, list, tuple)
 
 
 def _dict_copy(node, items):
-    """A mapping like node (a dict subclass with a constructor of its own,
-    defaultdict say, as a dict) of items, with node's _metadata (a module's
-    state_dict() carries its version there)."""
+    """A mapping like node (another dict subclass than OrderedDict as a dict, as
+    Store loads it) of items, with node's _metadata (a module's state_dict()
+    carries its version there)."""
     out = (type(node) if type(node) in (dict, collections.OrderedDict) else dict)(items)
     meta = getattr(node, "_metadata", None)
     if meta is not None:
@@ -129,6 +131,10 @@ class GradientLog:
     gpu_source "direct" where the whole states' use "snapshot" (nothing
     changes a record's sources), and without snapshots on wait.
 
+    trust_step_hooks: the optimizer's other step hooks (and global ones) change
+    neither parameters nor optimizer state, so a replay need not run them.
+    Without it, such hooks make every step a whole state (a warning says so).
+
     Use: after each step's optimizer.step() (and scheduler step),
     save_async(state_dict, step), where state_dict holds the model's
     state_dict(), the optimizer's state_dict() and whatever else a resume
@@ -138,7 +144,7 @@ class GradientLog:
     writes new gradients while the recorded ones are copied out."""
 
     def __init__(self, optimizer, *, name="default", path=None, records_path=None,
-                 **store_kw):
+                 trust_step_hooks=False, **store_kw):
         if store_kw.get("group") not in (None, False) or store_kw.get("partner"):
             raise ValueError("GradientLog keeps one rank's records: not with group= or "
                              "partner= (use Store for multi-rank checkpoints)")
@@ -160,13 +166,18 @@ class GradientLog:
         except BaseException:
             self.store.close()
             raise
+        self.trust_step_hooks = bool(trust_step_hooks)
         self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
+                       optimizer.register_step_post_hook(self._post_step),
                        hook_optimizer(optimizer, self.store)]
         self._replaying = False
+        self._groups = None  # the parameter groups the step since the whole state ran with
+        self._why_step = None  # why that step cannot be recorded
+        self._warned = set()  # the reasons warned about (once each)
+        self._records_broken = None  # why the records' store cannot be read
         self._base = None  # (step, id, SaveHandle) of the whole state a record may follow
         self._steps = 0  # optimizer steps since that state
         self._taken = None  # the gradients of the one step since, with their versions
-        self._why_not = None  # why no state can be recorded as gradients (warned once)
         self._grad_pattern = None  # which parameters had gradients in the records saved
         self._records_newest = False  # the records store's newest step (False: not read yet)
         self._prev_record_base = None  # the SaveHandle of the last record's whole state
@@ -183,55 +194,108 @@ class GradientLog:
         if self._replaying:
             return
         self._steps += 1
+        self._taken = self._groups = None
+        if self._base is None or self._steps != 1:
+            return  # this step cannot be a record: nothing to take
         if args and args[0] is opt:
             args = args[1:]  # torch passes the optimizer itself first
-        plain = (not args and not kwargs and getattr(opt, "grad_scale", None) is None
-                 and getattr(opt, "found_inf", None) is None)
-        grads = [p.grad for p in self._params()]
-        if plain and not any(g is not None and (g.is_sparse or g.layout != torch.strided)
-                             for g in grads):
-            self._taken = [(g, g._version if g is not None else 0) for g in grads]
+        if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+            self._why_step = "optimizer.step() was given a closure or arguments"
+        elif getattr(opt, "grad_scale", None) is not None or \
+                getattr(opt, "found_inf", None) is not None:
+            self._why_step = "GradScaler passes its scale to the (fused) step"
         else:
-            self._taken = None
+            grads = [p.grad for p in self._params()]
+            if any(g is not None and g.layout != torch.strided for g in grads):
+                self._why_step = "the gradients are sparse"
+                return
+            self._taken = [(g, g._version if g is not None else 0) for g in grads]
+            # The parameter groups as this step runs with them: the learning rate set
+            # before the step (by the loop or a scheduler) is not the whole state's.
+            self._groups = [{k: v.detach().clone() if isinstance(v, torch.Tensor) else
+                             copy.deepcopy(v) for k, v in g.items() if k != "params"}
+                            for g in opt.param_groups]
+
+    def _post_step(self, opt, args, kwargs):
+        if self._replaying or self._taken is None:
+            return
+        # the step must have used the gradients taken before it (a hook after ours may
+        # have replaced or changed them)
+        for p, (g, version) in zip(self._params(), self._taken):
+            if p.grad is not g or (g is not None and g._version != version):
+                self._taken = None
+                self._why_step = "the gradients were replaced or changed during the step"
+                return
+
+    def _foreign_hooks(self):
+        """Step hooks other than GradientLog's own: a replay does not run them again."""
+        from torch.optim import optimizer as optmod
+        ours = {h.id for h in self._hooks if hasattr(h, "id")}
+        opt = self.optimizer
+        n = sum(1 for k in getattr(opt, "_optimizer_step_pre_hooks", {}) if k not in ours)
+        n += sum(1 for k in getattr(opt, "_optimizer_step_post_hooks", {}) if k not in ours)
+        n += len(getattr(optmod, "_global_optimizer_pre_hooks", {}))
+        n += len(getattr(optmod, "_global_optimizer_post_hooks", {}))
+        return n
 
     def _recordable(self, step):
-        """The gradients of step `step` if it can be a record, else None."""
-        if self._base is None or self._base[0] != step - 1 or self._steps != 1 \
-                or self._taken is None or self._base[2].skipped:
+        """The gradients of step `step` if it can be a record, else None (saying why,
+        once per reason, where the loop would otherwise silently never record)."""
+        if self._base is None or self._base[0] != step - 1 or self._base[2].skipped:
             return None
+        if self._steps != 1:
+            if self._steps > 1:
+                self._cannot(f"{self._steps} optimizer steps since the whole state: a record "
+                             "is one step, saved at the step after a whole state")
+            return None
+        if self._taken is None:
+            return self._cannot(self._why_step)
+        n = self._foreign_hooks()
+        if n and not self.trust_step_hooks:
+            return self._cannot(f"the optimizer has {n} step hook(s) besides GradientLog's, "
+                                "which a replay would not run again (trust_step_hooks=True "
+                                "if they change neither parameters nor optimizer state)")
         if self._records_newest is False:
-            self._records_newest = self.records.newest_step()
+            try:
+                self._records_newest = self.records.newest_step()
+            except Error as e:
+                self._records_newest = None
+                self._records_broken = str(e)
+        if self._records_broken:
+            return self._cannot(f"the records' store is unusable ({self._records_broken}): "
+                                "remove its file")
         if self._records_newest is not None and step <= self._records_newest:
             return None  # records of a later step are there (the whole states' store was lost)
         grads = []
         for g, version in self._taken:
             if g is not None and g._version != version:
-                return None  # changed in place since the step (zero_grad(set_to_none=False))
+                return self._cannot("the step's gradients were changed in place after it "
+                                    "(zero_grad(set_to_none=False) before the save?)")
             grads.append(g)
         pattern = tuple(g is None for g in grads)
         if self._grad_pattern is not None and pattern != self._grad_pattern:
-            return None
+            return self._cannot("other parameters have gradients than in the records before")
         return grads
 
     def _split(self, state):
-        """(rest, param paths, optimizer path): state without what the optimizer's
-        step produces; None with the reason in self._why_not if it cannot be."""
+        """(rest, param paths, optimizer path, bytes copied): state without what the
+        optimizer's step produces, its other tensors copied; None if it cannot be."""
         opt = self.optimizer
         params = self._params()
         index = {_key(p): i for i, p in enumerate(params)}
         opt_keys = {_key(v) for s in opt.state.values() for v in s.values()
                     if isinstance(v, torch.Tensor)}
-        paths, found = [], [None]
+        paths, found, copied = [], [None], [0]
 
         def is_opt_sd(node):
-            if not (isinstance(node, dict) and node.keys() == {"state", "param_groups"}
+            if not (type(node) in (dict, collections.OrderedDict)
+                    and node.keys() == {"state", "param_groups"}
                     and isinstance(node["state"], dict)
                     and len(node["param_groups"]) == len(opt.param_groups)):
                 return False
             ts = [v for s in node["state"].values() if isinstance(s, dict)
                   for v in s.values() if isinstance(v, torch.Tensor)]
-            return bool(ts) and len(ts) == len(opt_keys) and \
-                all(_key(t) in opt_keys for t in ts)
+            return len(ts) == len(opt_keys) and all(_key(t) in opt_keys for t in ts)
 
         def walk(node, path):
             if isinstance(node, torch.Tensor):
@@ -239,16 +303,22 @@ class GradientLog:
                 if i is not None:
                     paths.append([i, path])
                     return None
-                return node.detach().clone()  # small: buffers, RNG states (captured now)
+                copied[0] += node.numel() * node.element_size()
+                return node.detach().clone()  # buffers, RNG states: as they are now
+            if isinstance(node, np.ndarray):
+                return node.copy()
             if is_opt_sd(node):
                 if found[0] is not None:
                     raise _Unrecordable("the optimizer's state_dict appears twice")
                 found[0] = path
                 return {"param_groups": walk(node["param_groups"], path + ["param_groups"])}
+            # the containers Store saves (it loads a dict or list subclass as a dict or list)
             if isinstance(node, dict):
                 return _dict_copy(node, ((k, walk(v, path + [k])) for k, v in node.items()))
-            if type(node) in _PLAIN:
-                return type(node)(walk(v, path + [k]) for k, v in enumerate(node))
+            if isinstance(node, list):
+                return [walk(v, path + [k]) for k, v in enumerate(node)]
+            if type(node) is tuple:
+                return tuple(walk(v, path + [k]) for k, v in enumerate(node))
             return node
 
         try:
@@ -256,19 +326,19 @@ class GradientLog:
         except _Unrecordable as e:
             return self._cannot(str(e))
         if found[0] is None:
-            return self._cannot("the state_dict holds no state_dict() of the optimizer "
-                                "(with its state: after a step)")
+            return self._cannot("the state_dict holds no state_dict() of the optimizer")
         missing = set(range(len(params))) - {i for i, _ in paths}
         if missing:
             return self._cannot(f"{len(missing)} of the optimizer's {len(params)} parameters "
                                 "are not in the state_dict (as tensors sharing their memory)")
-        return rest, paths, found[0]
+        return rest, paths, found[0], copied[0]
 
     def _cannot(self, why):
-        if self._why_not is None:
-            warnings.warn(f"GradientLog: every checkpoint is a whole state: {why}",
-                          stacklevel=4)
-        self._why_not = why
+        """Warns once per reason that a step is saved whole; returns None."""
+        if why not in self._warned:
+            self._warned.add(why)
+            warnings.warn(f"GradientLog: a whole state instead of a record: {why}",
+                          stacklevel=5)  # the caller of save_async
         return None
 
     def save_async(self, state_dict, step):
@@ -277,48 +347,68 @@ class GradientLog:
         whole state of step-1 was saved and this step can be recorded, else the
         whole state.  The whole state's tensors must stay unchanged until their
         layers are persisted (the optimizer's hook waits for them); a record's
-        gradients are taken from the parameters, its other tensors copied now.
-        A record waits for the whole state of the record before it, if that one
-        has not committed yet (possible with on_busy="queue"), since it overwrites
-        the record that is the newest loadable step until then; that whole
-        state's failure is raised here."""
+        gradients are taken from the parameters (copied first where they are views
+        of a shared buffer), its other tensors copied now.  A record waits for the
+        whole state of the record before it, if that one has not committed yet
+        (possible with on_busy="queue"): it overwrites the record that is the
+        newest loadable step until then.  If that whole state failed, this step
+        is saved whole instead."""
         step = int(step)
-        grads = self._recordable(step)
-        split = self._split(state_dict) if grads is not None else None
-        if split is not None:
-            rest, paths, opt_path = split
-            base_step, base_id, base_handle = self._base
-            rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
-                               "nparams": len(grads), "params": paths, "optim": opt_path},
-                   "grads": grads, "state": rest}
-            # This record's slot holds the record before the previous one, which stays the
-            # newest loadable step until the previous record's whole state commits; with
-            # on_busy="queue" whole states can fall behind, so wait for it here: the newest
-            # loadable step must never go back (its failure is raised here).
-            prev = self._prev_record_base
-            if prev is not None and not prev.done:
-                prev.wait()
-            try:
-                h = self.records.save_async(rec, step)
-            except LayoutError:
-                h = None  # a record of another structure than the store's: a whole state
-            if h is not None:
-                self._grad_pattern = tuple(g is None for g in grads)
-                for p, g in zip(self._params(), grads):
-                    if p.grad is g:
-                        p.grad = None  # the next backward makes new ones
-                self._base, self._steps, self._taken = None, 0, None
-                self._prev_record_base = base_handle
-                self._records_newest = step
-                self.records_saved += 1
-                return GradientLogHandle(step, "record", h, base_handle)
+        h = self._save_record(state_dict, step)
+        if h is not None:
+            return h
         base_id = secrets.randbits(62)
         h = self.store.save_async({"gradlog": {"version": _VERSION, "id": base_id},
                                    "state": state_dict}, step)
         self._base = (step, base_id, h)
         self._steps, self._taken = 0, None
-        self.states_saved += 1
+        self.states_saved += not h.skipped
         return GradientLogHandle(step, "state", h)
+
+    def _save_record(self, state_dict, step):
+        grads = self._recordable(step)
+        split = self._split(state_dict) if grads is not None else None
+        if split is None:
+            return None
+        rest, paths, opt_path, copied = split
+        prev = self._prev_record_base
+        if prev is not None:
+            try:
+                prev.wait()  # returns at once if it has committed
+            except Error:
+                return None  # record - 2 is still the newest loadable step: keep it
+        nbytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
+        if copied > nbytes:
+            self._cannot_quietly_once(
+                f"GradientLog: a record copies {copied / 1e6:.0f} MB of tensors that are not "
+                f"the optimizer's (frozen weights, EMA copies, a second model...) beside "
+                f"{nbytes / 1e6:.0f} MB of gradients: most of a whole state")
+        # Gradients that are views of a buffer (DDP's gradient_as_bucket_view, contiguous
+        # gradient buffers) are written again by the next backward: copy those now.
+        sources = [g.detach().clone() if g is not None and g._is_view() else g for g in grads]
+        base_step, base_id, base_handle = self._base
+        rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
+                           "nparams": len(grads), "params": paths, "optim": opt_path,
+                           "devices": sorted({p.device.type for p in self._params()})},
+               "groups": self._groups, "grads": sources, "state": rest}
+        try:
+            h = self.records.save_async(rec, step)
+        except LayoutError:
+            return self._cannot("a record of another structure than the records' store's")
+        self._grad_pattern = tuple(g is None for g in grads)
+        for p, g in zip(self._params(), grads):
+            if p.grad is g:
+                p.grad = None  # the next backward makes new ones
+        self._base, self._steps, self._taken = None, 0, None
+        self._prev_record_base = base_handle
+        self._records_newest = step
+        self.records_saved += not h.skipped
+        return GradientLogHandle(step, "record", h, base_handle)
+
+    def _cannot_quietly_once(self, text):
+        if "large rest" not in self._warned:
+            self._warned.add("large rest")
+            warnings.warn(text, stacklevel=4)
 
     def save(self, state_dict, step):
         """save_async, then wait: returns once step `step` can be loaded."""
@@ -342,21 +432,29 @@ class GradientLog:
 
     # ------------------------------------------------------------ loading
 
-    def load(self, *, map_location=None):
+    def load(self, *, map_location=None, replay=True):
         """Returns the state_dict of the newest step that can be loaded.
 
         The newest verified whole state; then, if the record of the next step
         follows that very state (its id) and verifies, that step replayed
         with this GradientLog's optimizer: the parameters are set to the
-        state's, the optimizer loads its state_dict, takes the recorded
-        gradients and steps, then gets that step's parameter groups.  The
-        model and optimizer are left at the returned step; the returned
-        state_dict's parameters and optimizer state_dict are theirs (as
-        state_dict() gives), the rest is the record's.  Apply it as any
-        loaded state_dict (model.load_state_dict(...), ...).
-        last_recovery: step, whole_state_step, replayed, and each store's
-        own (state, record).  A record that fails verification warns
-        (RecoveryWarning) and the whole state is returned."""
+        state's, the optimizer loads its state_dict with the parameter groups
+        the step ran with, takes the recorded gradients and steps (its step
+        function itself, without the step hooks), then gets that step's
+        parameter groups as the state_dict of that step holds them.  The model
+        and optimizer are left at the returned step; the returned state_dict's
+        parameters and optimizer state_dict are theirs (as state_dict() gives,
+        on their devices whatever map_location says), the rest is the
+        record's.  Apply it as any loaded state_dict (model.load_state_dict(...),
+        ...).  last_recovery: step, whole_state_step, replayed, and each
+        store's own (state, record).  A record that cannot be read or fails
+        verification, or was saved from parameters on another kind of device
+        (a replay there would not give the same bits), warns (RecoveryWarning)
+        and the whole state is returned.  Errors: those of Store.load for the
+        whole state; Error if the optimizer does not match the record (its
+        parameters' count and shapes): the model and optimizer may then be
+        partly changed, and load(replay=False) still loads the whole state
+        alone (as does a record that cannot be replayed)."""
         full = self.store.load(map_location=map_location)
         info = full.get("gradlog") if isinstance(full, dict) else None
         if not isinstance(info, dict) or info.get("version") != _VERSION or "state" not in full:
@@ -365,14 +463,24 @@ class GradientLog:
         base_step = self.store.last_recovery["step"]
         state, rec, rec_info = full["state"], None, None
         try:
+            if not replay:
+                raise NoCheckpointError("not asked to replay")
             rec = self.records.load(step=base_step + 1, map_location=map_location)
             rec_info = self.records.last_recovery
         except NoCheckpointError:
             pass
-        except CheckpointsUnusableError as e:
+        except Error as e:  # unusable, truncated, not a pool: the whole state still is
             warnings.warn(RecoveryWarning(f"GradientLog: the record of step {base_step + 1} "
                                           f"is unusable ({e}); step {base_step} loaded"))
         replayed = rec is not None and rec.get("gradlog", {}).get("base") == info["id"]
+        if replayed:
+            here = sorted({p.device.type for p in self._params()})
+            if rec["gradlog"].get("devices") != here:
+                warnings.warn(RecoveryWarning(
+                    f"GradientLog: the record of step {base_step + 1} was saved from "
+                    f"parameters on {rec['gradlog'].get('devices')}, these are on {here}: a "
+                    f"replay would not give the same bits; step {base_step} loaded"))
+                replayed = False
         if replayed:
             state = self._replay(state, rec)
         self._base, self._steps, self._taken = None, 0, None
@@ -383,11 +491,16 @@ class GradientLog:
 
     def _replay(self, state, rec):
         info = rec["gradlog"]
+        opt = self.optimizer
         params = self._params()
         if info["nparams"] != len(params) or len(rec["grads"]) != len(params):
             raise Error(f"the optimizer has {len(params)} parameters, the record of "
                         f"{info['nparams']}: not the optimizer the record was saved with")
         paths = info["params"]
+        for p, g in zip(params, rec["grads"]):
+            if g is not None and g.shape != p.shape:
+                raise Error(f"a recorded gradient of shape {tuple(g.shape)} for a parameter "
+                            f"of {tuple(p.shape)}: not the optimizer the record was saved with")
         with torch.no_grad():
             for i, path in paths:
                 src = _get(state, path)
@@ -399,24 +512,29 @@ class GradientLog:
                                 f"the optimizer's is {tuple(p.shape)} {p.dtype}")
                 p.copy_(src)
         opt_path = info["optim"]
-        self.optimizer.load_state_dict(_get(state, opt_path))
+        whole = _get(state, opt_path)
+        # the whole state's optimizer state, with the parameter groups the step ran with
+        opt.load_state_dict({"state": whole["state"], "param_groups": [
+            {**ran, "params": g["params"]}
+            for ran, g in zip(rec["groups"], whole["param_groups"])]})
         for p, g in zip(params, rec["grads"]):
-            if g is not None and g.shape != p.shape:
-                raise Error(f"a recorded gradient of shape {tuple(g.shape)} for a parameter "
-                            f"of {tuple(p.shape)}")
-            p.grad = None if g is None else g.to(p.device, non_blocking=False)
+            p.grad = None if g is None else g.to(p.device)
+        step = getattr(type(opt).step, "__wrapped__", None)  # the step without its hooks
         self._replaying = True
         try:
-            self.optimizer.step()
+            if step is not None:
+                step(opt)
+            else:
+                opt.step()
         finally:
             self._replaying = False
             for p in params:
                 p.grad = None
-        sd = self.optimizer.state_dict()
+        sd = opt.state_dict()
         sd["param_groups"] = _get(rec["state"], opt_path)["param_groups"]
-        self.optimizer.load_state_dict(sd)  # the scheduler's values for the next step
+        opt.load_state_dict(sd)  # the groups after the step (the scheduler's next values)
         fills = {tuple(path): params[i].detach() for i, path in paths}
-        fills[tuple(opt_path)] = self.optimizer.state_dict()
+        fills[tuple(opt_path)] = opt.state_dict()
         return _fill(rec["state"], fills)
 
     # ------------------------------------------------------------ lifetime

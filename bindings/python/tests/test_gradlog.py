@@ -46,7 +46,8 @@ class Job:
                                           {"params": rest, "weight_decay": 0.0}],
                                          lr=1e-2, betas=(0.9, 0.95), foreach=True)
         else:
-            self.opt = torch.optim.SGD(mats + rest, lr=0.1, momentum=0.9)
+            self.opt = torch.optim.SGD(mats + rest, lr=0.1,
+                                       momentum=0.9 if opt == "sgd" else 0.0)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda k: 1.0 / (1 + k))
         self.step = 0
 
@@ -105,9 +106,9 @@ def train(log, job, upto, kinds=None):
     log.wait()
 
 
-def loaded(name, **kw):
+def loaded(name, opt="adamw", **kw):
     """(state, last_recovery, warnings) of a new job's load."""
-    job = Job(seed=99)  # other initial values: everything must come from the checkpoint
+    job = Job(seed=99, opt=opt)  # other initial values: everything from the checkpoint
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         with open_log(name, job, **kw) as log:
@@ -196,7 +197,8 @@ def t_fallbacks():
     """Steps that cannot be replayed exactly are saved whole."""
     out = []
     job = Job()
-    with open_log("fallback", job) as log:
+    with warnings.catch_warnings(record=True) as w, open_log("fallback", job) as log:
+        warnings.simplefilter("always")
         job.train_step()
         out.append(log.save(job.state(), job.step).kind)  # state
         job.train_step()
@@ -223,14 +225,268 @@ def t_fallbacks():
     want = ["state", "state", "state", "record", "state", "state", "state", "record"]
     if out != want:
         return f"kinds {out}, wanted {want}"
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    for why in ("2 optimizer steps", "a closure", "changed in place"):
+        if sum(why in m for m in msgs) != 1:
+            return f"not one warning saying '{why}': {msgs}"
     sd, rec, _, _ = loaded("fallback")
     if rec["step"] != last or not rec["replayed"]:
         return f"last_recovery {rec}"
     return same(want_last, sd)
 
 
-T.run("two steps since the whole state, a closure, gradients zeroed in place: saved whole; "
-      "records again after, and the last one loads bit-exact", t_fallbacks)
+T.run("two steps since the whole state, a closure, gradients zeroed in place: saved whole, "
+      "each with one warning saying why; records again after, and the last one loads "
+      "bit-exact", t_fallbacks)
+
+
+def run_loop(name, job, steps, step_fn=None, before_step=None, **kw):
+    """Trains and saves every step (with a custom step call or a change before it);
+    (kinds, the state of the last step, warnings)."""
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, open_log(name, job, **kw) as log:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            job.step += 1
+            job.forward_backward(job.step)
+            if before_step:
+                before_step(job)
+            (step_fn or (lambda j: j.opt.step()))(job)
+            job.sched.step()
+            kinds.append(log.save(job.state(), job.step).kind)
+        want = clone(job.state())
+    return kinds, want, [str(x.message) for x in w if "GradientLog" in str(x.message)]
+
+
+def t_lr_before_step():
+    """The learning rate set before each step, as nanoGPT's loop does (and weight decay
+    with it): a replay must use the groups the step ran with, not the whole state's."""
+    def set_lr(job):
+        for g in job.opt.param_groups:
+            g["lr"] = 1e-2 * (1 + job.step % 3)
+            g["weight_decay"] = 0.01 * job.step
+    job = Job()
+    kinds, want, _ = run_loop("lrbefore", job, 4, before_step=set_lr)
+    if kinds != ["state", "record"] * 2:
+        return f"kinds {kinds}"
+    sd, rec, _, _ = loaded("lrbefore")
+    if not rec["replayed"]:
+        return f"last_recovery {rec}"
+    return same(want, sd)
+
+
+T.run("learning rate and weight decay set before each step: the record replayed with them, "
+      "bit-exact", t_lr_before_step)
+
+
+def t_step_hooks():
+    """Another step hook: a replay does not run it, so steps are saved whole (a warning
+    says why) unless trust_step_hooks; a hook that scales the gradients before
+    GradientLog takes them is then replayed bit-exact from what it left."""
+    def scale(opt, args, kwargs):
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(0.25)
+    job = Job()
+    h = job.opt.register_step_pre_hook(scale)
+    kinds, _, msgs = run_loop("hooks", job, 4)
+    h.remove()
+    if kinds != ["state"] * 4 or not any("step hook" in m for m in msgs):
+        return f"without trust_step_hooks: kinds {kinds}, warnings {msgs}"
+    job = Job()
+    h = job.opt.register_step_pre_hook(scale)
+    kinds, want, _ = run_loop("hooks-trusted", job, 4, trust_step_hooks=True)
+    h.remove()
+    if kinds != ["state", "record"] * 2:
+        return f"trusted: kinds {kinds}"
+    sd, rec, _, _ = loaded("hooks-trusted")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+
+
+T.run("a step hook of the user's: whole states and a warning; with trust_step_hooks, a hook "
+      "scaling the gradients before they are taken replays bit-exact", t_step_hooks)
+
+
+def t_hook_after_changes_grads():
+    """A hook registered after GradientLog's changes the gradients it took: the step used
+    others than the record would hold, so the step is saved whole."""
+    job = Job()
+    with open_log("after", job, trust_step_hooks=True) as log:
+        def double(opt, args, kwargs):
+            for p in job.model.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad * 2  # replaced, not changed in place
+        h = job.opt.register_step_pre_hook(double)
+        kinds = []
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for _ in range(4):
+                job.train_step()
+                kinds.append(log.save(job.state(), job.step).kind)
+        h.remove()
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
+                                          for m in msgs):
+        return f"kinds {kinds}, warnings {msgs}"
+
+
+T.run("gradients replaced by a later hook during the step: saved whole, with a warning",
+      t_hook_after_changes_grads)
+
+
+def t_step_none():
+    """step(None) and step(closure=None), as optimizer wrappers call it: plain steps."""
+    for name, fn in (("none-pos", lambda j: j.opt.step(None)),
+                     ("none-kw", lambda j: j.opt.step(closure=None))):
+        job = Job()
+        kinds, want, _ = run_loop(name, job, 4, step_fn=fn)
+        if kinds != ["state", "record"] * 2:
+            return f"{name}: kinds {kinds}"
+        sd, rec, _, _ = loaded(name)
+        r = same(want, sd)
+        if r or not rec["replayed"]:
+            return f"{name}: {r or rec}"
+
+
+T.run("step(None) and step(closure=None): recorded and replayed bit-exact", t_step_none)
+
+
+def t_grad_views():
+    """Gradients that are views of one buffer (DDP's gradient_as_bucket_view): the next
+    backward writes into the same memory, so a record copies them at its call."""
+    job = Job()
+    params = [p for g in job.opt.param_groups for p in g["params"]]
+
+    def bucket(job):
+        n = sum(p.numel() for p in params if p.grad is not None)
+        buf = torch.empty(n)
+        off = 0
+        for p in params:
+            if p.grad is not None:
+                buf[off:off + p.numel()].copy_(p.grad.reshape(-1))
+                p.grad = buf[off:off + p.numel()].view(p.shape)
+                off += p.numel()
+        job.buf = buf
+    kinds, shared = [], []
+    with open_log("views", job) as log:
+        real = log.records.save_async
+
+        def save_async(rec, step):  # the record's sources: none in the buffer
+            ptr = job.buf.untyped_storage().data_ptr()
+            shared.extend(g for g in rec["grads"]
+                          if g is not None and g.untyped_storage().data_ptr() == ptr)
+            return real(rec, step)
+        log.records.save_async = save_async
+        for _ in range(4):
+            job.step += 1
+            job.forward_backward(job.step)
+            bucket(job)
+            job.opt.step()
+            job.sched.step()
+            kinds.append(log.save_async(job.state(), job.step).kind)
+            job.buf.fill_(float("nan"))  # the next backward, in the same memory
+        want = clone(job.state())
+    if kinds != ["state", "record"] * 2 or shared:
+        return f"kinds {kinds}, {len(shared)} recorded gradients in the shared buffer"
+    sd, rec, _, _ = loaded("views")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+
+
+T.run("gradients that are views of one buffer, overwritten right after the call: the record "
+      "holds the step's, bit-exact", t_grad_views)
+
+
+def t_stateless_sgd():
+    job = Job(opt="plain-sgd")
+    kinds, want, msgs = run_loop("plainsgd", job, 4)
+    if kinds != ["state", "record"] * 2:
+        return f"kinds {kinds}, warnings {msgs}"
+    sd, rec, _, _ = loaded("plainsgd", opt="plain-sgd")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+
+
+T.run("SGD without momentum (an optimizer without state): recorded and replayed bit-exact",
+      t_stateless_sgd)
+
+
+def t_list_subclass():
+    """A tensor in a list subclass, changed in place right after each save: the record
+    holds its value at the call (Store loads the subclass as a list)."""
+    class Rows(list):
+        pass
+    job = Job()
+    rows = Rows([torch.zeros(4)])
+    with open_log("listsub", job) as log:
+        for _ in range(4):
+            job.train_step()
+            rows[0].fill_(float(job.step))
+            st = job.state()
+            st["rows"] = rows
+            log.save_async(st, job.step)
+            want = clone(st)
+            want["rows"] = [want["rows"][0]]
+            rows[0].fill_(-1.0)  # after the call: not the step's
+    sd, rec, _, _ = loaded("listsub")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+
+
+T.run("a tensor in a list subclass, changed right after the call: the record holds the "
+      "call's value", t_list_subclass)
+
+
+def t_large_rest():
+    """Tensors outside the optimizer larger than the gradients (frozen weights, an EMA
+    copy): records still, with one warning that they are most of a whole state."""
+    job = Job()
+    ema = {k: v.clone() for k, v in job.model.state_dict().items()}
+    frozen = torch.randn(1 << 18)
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, open_log("largerest", job) as log:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            job.train_step()
+            st = job.state()
+            st["ema"], st["frozen"] = ema, frozen
+            kinds.append(log.save(st, job.step).kind)
+            want = clone(st)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state", "record"] * 2 or len(msgs) != 1 or "most of a whole state" not in \
+            msgs[0]:
+        return f"kinds {kinds}, warnings {msgs}"
+    T.diag(msgs[0])
+    sd, rec, _, _ = loaded("largerest")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+
+
+T.run("tensors outside the optimizer larger than the gradients: recorded (one warning), "
+      "replayed bit-exact", t_large_rest)
+
+
+def t_records_file_truncated():
+    """The records' file cut short: load() gives the whole state with a warning, and later
+    saves are whole states saying why."""
+    job = Job()
+    with open_log("trunc", job) as log:
+        train(log, job, 4)
+        path = log.records.region_path
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    sd, rec, warned, _ = loaded("trunc")
+    if rec["step"] != 3 or rec["replayed"] or not any("record of step 4" in m for m in warned):
+        return f"last_recovery {rec}, warnings {warned}"
+    r = same(REF[3], sd)
+    if r:
+        return r
+    job = Job()
+    job.apply(clone(REF[3]))
+    kinds, _, msgs = run_loop("trunc", job, 2)
+    if kinds != ["state", "state"] or not any("records' store is unusable" in m for m in msgs):
+        return f"then: kinds {kinds}, warnings {msgs}"
+
+
+T.run("the records' file truncated: load() gives the whole state before, with a warning; "
+      "later steps saved whole, saying why", t_records_file_truncated)
 
 
 def t_no_optimizer_state():
@@ -371,18 +627,43 @@ T.run("a record waits for the whole state of the record before it (fallen behind
       "on_busy='queue' allows): the newest loadable step never goes back", t_record_waits)
 
 
+class Failed(Held):
+    def wait(self):
+        self._h.wait()
+        raise pmckpt.Error("whole state failed (test)")
+
+
+def t_previous_state_failed():
+    """The whole state of the record before failed: that record never counted, so the one
+    before it is still the newest loadable step; this step is saved whole instead of
+    overwriting it."""
+    job = Job()
+    out = []
+    with open_log("prevfail", job) as log:
+        real = log.store.save_async
+
+        def save_async(state, step):
+            h = real(state, step)
+            return Failed(h, None) if step == 3 else h
+        log.store.save_async = save_async
+        for _ in range(6):
+            job.train_step()
+            out.append(log.save_async(job.state(), job.step).kind)
+    return None if out == ["state", "record", "state", "record", "state", "state"] else \
+        f"kinds {out}"
+
+
+T.run("the whole state of the record before failed: this step saved whole, not over the "
+      "record before that", t_previous_state_failed)
+
+
 def t_sgd():
     job = Job(opt="sgd")
     with open_log("sgd", job) as log:
         train(log, job, 6)
         want = clone(job.state())
-    job2 = Job(seed=5, opt="sgd")
-    with open_log("sgd", job2) as log:
-        sd = log.load()
-        rec = log.last_recovery
-    if not rec["replayed"]:
-        return f"last_recovery {rec}"
-    return same(want, sd)
+    sd, rec, _, _ = loaded("sgd", opt="sgd")
+    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
 
 
 T.run("SGD with momentum: a record replayed bit-exact", t_sgd)
@@ -397,12 +678,13 @@ def t_bad_input():
              match="records_path")
     T.raises("not an optimizer", TypeError, lambda: pmckpt.GradientLog(object(), name="bad",
                                                                           ramdisk=D))
-    T.raises("nothing saved: NoCheckpointError", pmckpt.NoCheckpointError,
-             lambda: open_log("empty", job).load())
+    with open_log("empty", job) as log:
+        T.raises("nothing saved: NoCheckpointError", pmckpt.NoCheckpointError, log.load)
     with pmckpt.Store(name="plain", ramdisk=D) as s:
         s.save(job.state(), 1)
-    T.raises("a store written by Store.save: CorruptError naming it", pmckpt.CorruptError,
-             lambda: open_log("plain", Job()).load(), match="GradientLog")
+    with open_log("plain", Job()) as log:
+        T.raises("a store written by Store.save: CorruptError naming it", pmckpt.CorruptError,
+                 log.load, match="GradientLog")
     # a record replayed with an optimizer of other parameters
     with open_log("mismatch", job) as log:
         train(log, job, 2)
