@@ -175,7 +175,12 @@ class GradientLog:
         self._why_step = None  # why that step cannot be recorded
         self._warned = set()  # the reasons warned about (once each)
         self._records_broken = None  # why the records' store cannot be read
-        self._base = None  # (step, id, SaveHandle) of the whole state a record may follow
+        self._stepped = None  # _versions() after the step since the whole state
+        self._depth = 0  # optimizer.step() calls in progress (a subclass calls its parent's)
+        self._keep_previous = False  # a whole state failed: the next one guards the record
+        # (step, id, SaveHandle, _versions(), (groups, parameters)) of the whole state
+        # a record may follow
+        self._base = None
         self._steps = 0  # optimizer steps since that state
         self._taken = None  # the gradients of the one step since, with their versions
         self._grad_pattern = None  # which parameters had gradients in the records saved
@@ -193,6 +198,9 @@ class GradientLog:
     def _pre_step(self, opt, args, kwargs):
         if self._replaying:
             return
+        self._depth += 1
+        if self._depth > 1:
+            return  # a step called inside the step (a subclass's super().step())
         self._steps += 1
         self._taken = self._groups = None
         if self._base is None or self._steps != 1:
@@ -204,6 +212,12 @@ class GradientLog:
         elif getattr(opt, "grad_scale", None) is not None or \
                 getattr(opt, "found_inf", None) is not None:
             self._why_step = "GradScaler passes its scale to the (fused) step"
+        elif (len(opt.param_groups), len(self._params())) != self._base[4]:
+            self._why_step = ("the optimizer's parameter groups changed since the whole "
+                              "state (add_param_group)")
+        elif self._versions() != self._base[3]:
+            self._why_step = ("parameters or optimizer state were changed in place since "
+                              "the whole state, outside optimizer.step()")
         else:
             grads = [p.grad for p in self._params()]
             if any(g is not None and g.layout != torch.strided for g in grads):
@@ -217,7 +231,10 @@ class GradientLog:
                             for g in opt.param_groups]
 
     def _post_step(self, opt, args, kwargs):
-        if self._replaying or self._taken is None:
+        if self._replaying:
+            return
+        self._depth = max(0, self._depth - 1)
+        if self._depth or self._taken is None:
             return
         # the step must have used the gradients taken before it (a hook after ours may
         # have replaced or changed them)
@@ -226,6 +243,26 @@ class GradientLog:
                 self._taken = None
                 self._why_step = "the gradients were replaced or changed during the step"
                 return
+        self._stepped = self._versions()  # what the step left: nothing may change it
+
+    def _versions(self):
+        """The version counters of the parameters and the optimizer's state tensors: an
+        in-place change outside optimizer.step() shows there (not one through .data)."""
+        opt = self.optimizer
+        out = []
+        for p in self._params():
+            out.append(p._version)
+            out.extend(v._version for v in opt.state.get(p, {}).values()
+                       if isinstance(v, torch.Tensor))
+        return out
+
+    def _pre_hook_last(self):
+        """Puts GradientLog's step pre-hook after the others (global ones run first
+        anyway): the gradients and groups it takes are what the step then runs with."""
+        hooks = getattr(self.optimizer, "_optimizer_step_pre_hooks", None)
+        hid = getattr(self._hooks[0], "id", None)
+        if isinstance(hooks, collections.OrderedDict) and hid in hooks:
+            hooks.move_to_end(hid)
 
     def _foreign_hooks(self):
         """Step hooks other than GradientLog's own: a replay does not run them again."""
@@ -250,6 +287,15 @@ class GradientLog:
             return None
         if self._taken is None:
             return self._cannot(self._why_step)
+        opt = self.optimizer
+        shape = (len(opt.param_groups), len(self._params()))
+        if shape != self._base[4] or len(self._groups) != shape[0] or \
+                len(self._taken) != shape[1]:
+            return self._cannot("the optimizer's parameter groups changed since the whole "
+                                "state (add_param_group)")
+        if self._versions() != self._stepped:
+            return self._cannot("parameters or optimizer state were changed in place after "
+                                "the step, outside optimizer.step()")
         n = self._foreign_hooks()
         if n and not self.trust_step_hooks:
             return self._cannot(f"the optimizer has {n} step hook(s) besides GradientLog's, "
@@ -265,7 +311,9 @@ class GradientLog:
             return self._cannot(f"the records' store is unusable ({self._records_broken}): "
                                 "remove its file")
         if self._records_newest is not None and step <= self._records_newest:
-            return None  # records of a later step are there (the whole states' store was lost)
+            return self._cannot(f"the records' store holds step {self._records_newest}, "
+                                "after this one (the whole states' store was lost?): "
+                                "records again after that step")
         grads = []
         for g, version in self._taken:
             if g is not None and g._version != version:
@@ -354,14 +402,21 @@ class GradientLog:
         newest loadable step until then.  If that whole state failed, this step
         is saved whole instead."""
         step = int(step)
+        self._depth = 0  # not inside a step (one that raised left it counted)
         h = self._save_record(state_dict, step)
         if h is not None:
             return h
         base_id = secrets.randbits(62)
         h = self.store.save_async({"gradlog": {"version": _VERSION, "id": base_id},
                                    "state": state_dict}, step)
-        self._base = (step, base_id, h)
+        if self._keep_previous:
+            # after a failed whole state: the next record overwrites the newest loadable
+            # one, so it must wait for this whole state
+            self._prev_record_base, self._keep_previous = h, False
+        self._base = (step, base_id, h, self._versions(),
+                      (len(self.optimizer.param_groups), len(self._params())))
         self._steps, self._taken = 0, None
+        self._pre_hook_last()
         self.states_saved += not h.skipped
         return GradientLogHandle(step, "state", h)
 
@@ -375,8 +430,12 @@ class GradientLog:
         if prev is not None:
             try:
                 prev.wait()  # returns at once if it has committed
-            except Error:
-                return None  # record - 2 is still the newest loadable step: keep it
+            except Error as e:
+                # record - 2 never counted, so the one before it is still the newest
+                # loadable step: keep it (the next record waits for this whole state)
+                self._prev_record_base = None
+                self._keep_previous = True
+                return self._cannot(f"the whole state of the record before failed ({e})")
         nbytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
         if copied > nbytes:
             self._cannot_quietly_once(
@@ -386,7 +445,7 @@ class GradientLog:
         # Gradients that are views of a buffer (DDP's gradient_as_bucket_view, contiguous
         # gradient buffers) are written again by the next backward: copy those now.
         sources = [g.detach().clone() if g is not None and g._is_view() else g for g in grads]
-        base_step, base_id, base_handle = self._base
+        base_step, base_id, base_handle = self._base[:3]
         rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
                            "nparams": len(grads), "params": paths, "optim": opt_path,
                            "devices": sorted({p.device.type for p in self._params()})},
@@ -501,6 +560,12 @@ class GradientLog:
             if g is not None and g.shape != p.shape:
                 raise Error(f"a recorded gradient of shape {tuple(g.shape)} for a parameter "
                             f"of {tuple(p.shape)}: not the optimizer the record was saved with")
+        opt_path = info["optim"]
+        whole = _get(state, opt_path)
+        if not len(rec["groups"]) == len(whole["param_groups"]) == len(opt.param_groups):
+            raise Error(f"the optimizer has {len(opt.param_groups)} parameter groups, the "
+                        f"whole state {len(whole['param_groups'])} and the record "
+                        f"{len(rec['groups'])}: not the optimizer they were saved with")
         with torch.no_grad():
             for i, path in paths:
                 src = _get(state, path)
@@ -511,8 +576,6 @@ class GradientLog:
                                 f"state holds {getattr(src, 'shape', type(src).__name__)}, "
                                 f"the optimizer's is {tuple(p.shape)} {p.dtype}")
                 p.copy_(src)
-        opt_path = info["optim"]
-        whole = _get(state, opt_path)
         # the whole state's optimizer state, with the parameter groups the step ran with
         opt.load_state_dict({"state": whole["state"], "param_groups": [
             {**ran, "params": g["params"]}

@@ -309,8 +309,10 @@ T.run("a step hook of the user's: whole states and a warning; with trust_step_ho
 
 
 def t_hook_after_changes_grads():
-    """A hook registered after GradientLog's changes the gradients it took: the step used
-    others than the record would hold, so the step is saved whole."""
+    """A trusted hook registered after GradientLog replaces the gradients: GradientLog's
+    own pre-hook runs last (moved there at each whole state), so the record holds what the
+    step used, replayed bit-exact.  A step function that clips the gradients in place
+    itself: the step used others than it was given, so the step is saved whole."""
     job = Job()
     with open_log("after", job, trust_step_hooks=True) as log:
         def double(opt, args, kwargs):
@@ -319,20 +321,90 @@ def t_hook_after_changes_grads():
                     p.grad = p.grad * 2  # replaced, not changed in place
         h = job.opt.register_step_pre_hook(double)
         kinds = []
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            for _ in range(4):
-                job.train_step()
-                kinds.append(log.save(job.state(), job.step).kind)
+        for _ in range(4):
+            job.train_step()
+            kinds.append(log.save(job.state(), job.step).kind)
         h.remove()
-    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+        want = clone(job.state())
+    if kinds != ["state", "record"] * 2:
+        return f"a later hook: kinds {kinds}"
+    sd, rec, _, _ = loaded("after")
+    r = same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    if r:
+        return f"a later hook: {r}"
+
+    class Clipping(torch.optim.AdamW):
+        def step(self, closure=None):
+            with torch.no_grad():
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        if p.grad is not None:
+                            p.grad.clamp_(-1e-3, 1e-3)
+            return super().step(closure)
+    job = Job()
+    job.opt = Clipping(job.opt.param_groups, lr=1e-2)
+    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
+    kinds, _, msgs = run_loop("clipping", job, 4)
     if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
                                           for m in msgs):
+        return f"clipping in the step: kinds {kinds}, warnings {msgs}"
+
+
+T.run("gradients replaced by a later trusted hook: recorded as the step used them, "
+      "bit-exact; clipped in place inside the step: saved whole, with a warning",
+      t_hook_after_changes_grads)
+
+
+def t_params_changed_outside():
+    """Parameters clipped in place after each step (WGAN's weight clipping): not the
+    optimizer's doing, so no record (their version counters say so)."""
+    def clip(job):
+        with torch.no_grad():
+            for p in job.model.parameters():
+                p.clamp_(-0.05, 0.05)
+    for where in ("after the step", "before the forward"):
+        job = Job()
+        kinds = []
+        with warnings.catch_warnings(record=True) as w, \
+                open_log(f"clip-{where[:5]}", job) as log:
+            warnings.simplefilter("always")
+            for _ in range(4):
+                if where == "before the forward":
+                    clip(job)  # after the whole state's save, before the step
+                job.train_step()
+                if where == "after the step":
+                    clip(job)
+                kinds.append(log.save(job.state(), job.step).kind)
+        msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+        if kinds != ["state"] * 4 or not any("outside optimizer.step()" in m for m in msgs):
+            return f"clipped {where}: kinds {kinds}, warnings {msgs}"
+
+
+T.run("parameters clipped in place after each step, or before each forward, outside the "
+      "optimizer: whole states, with a warning", t_params_changed_outside)
+
+
+def t_add_param_group():
+    """A parameter group added between the whole state and the record: saved whole."""
+    job = Job()
+    extra = torch.nn.Parameter(torch.randn(4))
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, open_log("addgroup", job) as log:
+        warnings.simplefilter("always")
+        job.train_step()
+        kinds.append(log.save(job.state(), job.step).kind)
+        job.opt.add_param_group({"params": [extra], "weight_decay": 0.0})
+        job.step += 1
+        job.forward_backward(job.step)
+        job.opt.step()  # (the scheduler does not know the new group)
+        kinds.append(log.save(job.state(), job.step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state", "state"] or not any("add_param_group" in m for m in msgs):
         return f"kinds {kinds}, warnings {msgs}"
 
 
-T.run("gradients replaced by a later hook during the step: saved whole, with a warning",
-      t_hook_after_changes_grads)
+T.run("a parameter group added after the whole state: the next step saved whole, with a "
+      "warning", t_add_param_group)
 
 
 def t_step_none():
@@ -563,11 +635,13 @@ def t_other_state():
         if p.requires_grad:
             p.data.add_(1e-3)
     kinds = []
-    with open_log("other", job) as log:
+    with warnings.catch_warnings(record=True) as w, open_log("other", job) as log:
+        warnings.simplefilter("always")
         train(log, job, 7, kinds)
         want = clone(job.state())
-    if kinds != ["state", "state"]:
-        return f"kinds {kinds}: a record of step 7 behind the record of step 8"
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state", "state"] or not any("holds step 8" in m for m in msgs):
+        return f"kinds {kinds}, warnings {msgs}: a record of step 7 behind the record of step 8"
     sd, rec, _, _ = loaded("other")
     if rec["step"] != 7 or rec["replayed"]:
         return f"the old record was applied: {rec}"
@@ -636,25 +710,43 @@ class Failed(Held):
 def t_previous_state_failed():
     """The whole state of the record before failed: that record never counted, so the one
     before it is still the newest loadable step; this step is saved whole instead of
-    overwriting it."""
+    overwriting it, and the next record waits for that whole state (held here)."""
     job = Job()
     out = []
-    with open_log("prevfail", job) as log:
+    gate = threading.Event()
+    with warnings.catch_warnings(record=True) as w, open_log("prevfail", job) as log:
+        warnings.simplefilter("always")
         real = log.store.save_async
 
         def save_async(state, step):
             h = real(state, step)
-            return Failed(h, None) if step == 3 else h
+            return Failed(h, None) if step == 3 else Held(h, gate) if step == 6 else h
         log.store.save_async = save_async
         for _ in range(6):
             job.train_step()
             out.append(log.save_async(job.state(), job.step).kind)
-    return None if out == ["state", "record", "state", "record", "state", "state"] else \
-        f"kinds {out}"
+        job.train_step()
+        t = threading.Thread(target=lambda: out.append(log.save_async(job.state(), 7).kind))
+        t.start()
+        t.join(1.0)
+        blocked = t.is_alive()
+        gate.set()
+        t.join()
+        for _ in range(3):
+            job.train_step()
+            out.append(log.save_async(job.state(), job.step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    # 6 whole instead of a record, 7 a record again once whole state 6 committed
+    want = ["state", "record", "state", "record", "state", "state", "record", "state",
+            "record", "state"]
+    if out != want or not any("before failed" in m for m in msgs):
+        return f"kinds {out}, wanted {want}; warnings {msgs}"
+    return None if blocked else "record 7 began before whole state 6 committed"
 
 
-T.run("the whole state of the record before failed: this step saved whole, not over the "
-      "record before that", t_previous_state_failed)
+T.run("the whole state of the record before failed: this step saved whole, with a warning, "
+      "not over the record before that; records again from the next step",
+      t_previous_state_failed)
 
 
 def t_sgd():
