@@ -25,15 +25,19 @@ both, so a record never applies to another state of the same step number (a
 rerun after a restart, whose steps differ on a GPU).
 
 The replay is exact when the optimizer's step is deterministic and a function
-of those inputs alone, as torch.optim's are (the same implementation, foreach
-or fused, on the same kind of device; the flags are in param_groups and come
-back with the optimizer's state_dict).  Steps that cannot be recorded so
-become whole states: a closure (LBFGS), GradScaler's fused unscaling
-(grad_scale/found_inf passed to the step), sparse gradients, no step or more
-than one since the whole state, gradients changed in place after the step,
-gradients on a layout other than the first record's.  A state_dict that does
-not hold the optimizer's state_dict() and every parameter it updates gives
-whole states only (GradientLog warns once, saying why).
+of those inputs alone (its state, the parameter groups it ran with, the
+parameters, the gradients), as torch.optim's are, with the same
+implementation (foreach or fused: param_groups carry the flags) on the same
+kind of device; the replay runs the step function without the step hooks.
+What the hooks can see breaks that condition makes the step a whole state,
+with a warning once per reason: a closure (LBFGS), GradScaler's fused
+unscaling, sparse gradients, more than one step since the whole state,
+gradients replaced or changed in place during or after the step, parameters
+or optimizer state changed in place outside the step (their version
+counters), a parameter group added, other step hooks (unless
+trust_step_hooks), a state_dict without the optimizer's state_dict() or one
+of its parameters.  Changes made through .data are not seen
+(docs/python.md, "Every step for fewer bytes").
 """
 import collections
 import copy
@@ -119,10 +123,12 @@ class GradientLog:
     """Checkpoints of a training state every step, every other one as the
     step's gradients (the module's documentation says how and when).
 
-    optimizer: the torch.optim.Optimizer whose steps are recorded; its
-    step-pre hooks are registered here (remove with close()): one takes each
-    step's gradients, and one (hook_optimizer) makes the step wait for the
-    whole state in flight, as for Store.save_async.
+    optimizer: the torch.optim.Optimizer whose steps are recorded; step hooks
+    are registered on it here (close() removes them): a pre-hook that takes
+    the gradients and parameter groups of a step that may be recorded (kept
+    after the other pre-hooks), a post-hook that checks the step used them,
+    and hook_optimizer's, which makes the step wait for the whole state in
+    flight, as for Store.save_async.
     name, path, and the other keywords: those of Store, for the store of
     whole states (name) and the store of records (name + "-grads", in the
     same ramdisk directory; on PM, records_path is its own file or device).
@@ -381,12 +387,13 @@ class GradientLog:
                                 "are not in the state_dict (as tensors sharing their memory)")
         return rest, paths, found[0], copied[0]
 
-    def _cannot(self, why):
-        """Warns once per reason that a step is saved whole; returns None."""
+    def _cannot(self, why, level=5):
+        """Warns once per reason that a step is saved whole; returns None.  level: the
+        caller of save_async, from _recordable or _split (from _save_record: 4)."""
         if why not in self._warned:
             self._warned.add(why)
             warnings.warn(f"GradientLog: a whole state instead of a record: {why}",
-                          stacklevel=5)  # the caller of save_async
+                          stacklevel=level)
         return None
 
     def save_async(self, state_dict, step):
@@ -435,7 +442,7 @@ class GradientLog:
                 # loadable step: keep it (the next record waits for this whole state)
                 self._prev_record_base = None
                 self._keep_previous = True
-                return self._cannot(f"the whole state of the record before failed ({e})")
+                return self._cannot(f"the whole state of the record before failed ({e})", 4)
         nbytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
         if copied > nbytes:
             self._cannot_quietly_once(
@@ -453,7 +460,7 @@ class GradientLog:
         try:
             h = self.records.save_async(rec, step)
         except LayoutError:
-            return self._cannot("a record of another structure than the records' store's")
+            return self._cannot("a record of another structure than the records' store's", 4)
         self._grad_pattern = tuple(g is None for g in grads)
         for p, g in zip(self._params(), grads):
             if p.grad is g:
