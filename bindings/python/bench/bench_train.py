@@ -315,17 +315,22 @@ class PmCkpt:
         self.every = every
         self.shared = shared
         self.env = set_env(env or {})
+        self.saver = self.open(a, job, name, shared, group, store_kw)
+        self.call = 0.0
+        self.prof = cProfile.Profile() if a.profile_call else None
+
+    def open(self, a, job, name, shared, group, store_kw):
+        """The object whose save_async the checkpoints call (sets self.store)."""
         self.store = pmckpt.Store(name=name, ramdisk=a.pm_dir, shared_dir=shared, keep=2,
                                   group=group, **store_kw)
         self.hook = pmckpt.hook_optimizer(job.opt, self.store)
-        self.call = 0.0
-        self.prof = cProfile.Profile() if a.profile_call else None
+        return self.store
 
     def save(self, job):
         t0 = time.perf_counter()
         if self.prof:
             self.prof.enable()
-        self.store.save_async(job.state(), job.step)
+        self.saver.save_async(job.state(), job.step)
         if self.prof:
             self.prof.disable()
         self.call += time.perf_counter() - t0
@@ -383,23 +388,10 @@ class GradLogCkpt(PmCkpt):
     """pmckpt.GradientLog: whole states and the next step's gradients in turn (its own
     optimizer hook); the stores' figures summed."""
 
-    def __init__(self, a, job, every, name, **store_kw):
-        self.every = every
-        self.shared = None
-        self.env = set_env({})
+    def open(self, a, job, name, shared, group, store_kw):
         self.log = pmckpt.GradientLog(job.opt, name=name, ramdisk=a.pm_dir, **store_kw)
         self.store = self.log.store
-        self.call = 0.0
-        self.prof = cProfile.Profile() if a.profile_call else None
-
-    def save(self, job):
-        t0 = time.perf_counter()
-        if self.prof:
-            self.prof.enable()
-        self.log.save_async(job.state(), job.step)
-        if self.prof:
-            self.prof.disable()
-        self.call += time.perf_counter() - t0
+        return self.log
 
     def drain(self):
         self.log.wait()

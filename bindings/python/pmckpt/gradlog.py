@@ -446,9 +446,9 @@ class GradientLog:
         nbytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
         if copied > nbytes:
             self._cannot_quietly_once(
-                f"GradientLog: a record copies {copied / 1e6:.0f} MB of tensors that are not "
+                f"GradientLog: a record copies {copied / 1e6:.3g} MB of tensors that are not "
                 f"the optimizer's (frozen weights, EMA copies, a second model...) beside "
-                f"{nbytes / 1e6:.0f} MB of gradients: most of a whole state")
+                f"{nbytes / 1e6:.3g} MB of gradients: most of a whole state")
         # Gradients that are views of a buffer (DDP's gradient_as_bucket_view, contiguous
         # gradient buffers) are written again by the next backward: copy those now.
         sources = [g.detach().clone() if g is not None and g._is_view() else g for g in grads]

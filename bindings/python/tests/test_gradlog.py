@@ -116,6 +116,12 @@ def loaded(name, opt="adamw", **kw):
             return sd, log.last_recovery, [str(x.message) for x in w], job
 
 
+def replayed_as(name, want, opt="adamw"):
+    """None if a new job's load of `name` replays a record and gives want, bit for bit."""
+    sd, rec, _, _ = loaded(name, opt=opt)
+    return same(want, sd) if rec["replayed"] else f"not replayed: last_recovery {rec}"
+
+
 def t_alternates(n):
     name = f"alt{n}"
     job, kinds = Job(), []
@@ -300,8 +306,7 @@ def t_step_hooks():
     h.remove()
     if kinds != ["state", "record"] * 2:
         return f"trusted: kinds {kinds}"
-    sd, rec, _, _ = loaded("hooks-trusted")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("hooks-trusted", want)
 
 
 T.run("a step hook of the user's: whole states and a warning; with trust_step_hooks, a hook "
@@ -461,8 +466,7 @@ def t_grad_views():
         want = clone(job.state())
     if kinds != ["state", "record"] * 2 or shared:
         return f"kinds {kinds}, {len(shared)} recorded gradients in the shared buffer"
-    sd, rec, _, _ = loaded("views")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("views", want)
 
 
 T.run("gradients that are views of one buffer, overwritten right after the call: the record "
@@ -474,8 +478,7 @@ def t_stateless_sgd():
     kinds, want, msgs = run_loop("plainsgd", job, 4)
     if kinds != ["state", "record"] * 2:
         return f"kinds {kinds}, warnings {msgs}"
-    sd, rec, _, _ = loaded("plainsgd", opt="plain-sgd")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("plainsgd", want, opt="plain-sgd")
 
 
 T.run("SGD without momentum (an optimizer without state): recorded and replayed bit-exact",
@@ -499,8 +502,7 @@ def t_list_subclass():
             want = clone(st)
             want["rows"] = [want["rows"][0]]
             rows[0].fill_(-1.0)  # after the call: not the step's
-    sd, rec, _, _ = loaded("listsub")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("listsub", want)
 
 
 T.run("a tensor in a list subclass, changed right after the call: the record holds the "
@@ -527,8 +529,7 @@ def t_large_rest():
             msgs[0]:
         return f"kinds {kinds}, warnings {msgs}"
     T.diag(msgs[0])
-    sd, rec, _, _ = loaded("largerest")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("largerest", want)
 
 
 T.run("tensors outside the optimizer larger than the gradients: recorded (one warning), "
@@ -668,6 +669,30 @@ class Held:
         self._h.wait()
 
 
+def held_save(log, job, wrap, gate, kinds, steps):
+    """Trains and saves `steps` steps, the whole states' SaveHandles of the steps in wrap
+    wrapped (step -> wrapper), then saves one step more in a thread: True if that save
+    was still blocked after a second, then sets gate.  kinds: each save's kind."""
+    real = log.store.save_async
+
+    def save_async(state, step):
+        h = real(state, step)
+        return wrap[step](h) if step in wrap else h
+    log.store.save_async = save_async
+    for _ in range(steps):
+        job.train_step()
+        kinds.append(log.save_async(job.state(), job.step).kind)
+    job.train_step()
+    t = threading.Thread(target=lambda: kinds.append(log.save_async(job.state(),
+                                                                    job.step).kind))
+    t.start()
+    t.join(1.0)
+    blocked = t.is_alive()
+    gate.set()
+    t.join()
+    return blocked
+
+
 def t_record_waits():
     """Record 6 goes into record 2's slot.  Until the whole state of step 3 (record 4's
     base) commits, record 2 on whole state 1 is the newest loadable step: record 6 must
@@ -676,22 +701,8 @@ def t_record_waits():
     gate = threading.Event()
     out = []
     with open_log("behind", job) as log:
-        real = log.store.save_async
-
-        def save_async(state, step):
-            h = real(state, step)
-            return Held(h, gate) if step == 3 else h
-        log.store.save_async = save_async
-        for _ in range(5):  # state 1, record 2, state 3 (held), record 4, state 5
-            job.train_step()
-            out.append(log.save_async(job.state(), job.step).kind)
-        job.train_step()
-        t = threading.Thread(target=lambda: out.append(log.save_async(job.state(), 6).kind))
-        t.start()
-        t.join(1.0)
-        blocked = t.is_alive()
-        gate.set()
-        t.join()
+        # state 1, record 2, state 3 (held), record 4, state 5; then record 6
+        blocked = held_save(log, job, {3: lambda h: Held(h, gate)}, gate, out, 5)
     if out != ["state", "record"] * 3:
         return f"kinds {out}"
     return None if blocked else "record 6 began while whole state 3 was not committed"
@@ -716,22 +727,8 @@ def t_previous_state_failed():
     gate = threading.Event()
     with warnings.catch_warnings(record=True) as w, open_log("prevfail", job) as log:
         warnings.simplefilter("always")
-        real = log.store.save_async
-
-        def save_async(state, step):
-            h = real(state, step)
-            return Failed(h, None) if step == 3 else Held(h, gate) if step == 6 else h
-        log.store.save_async = save_async
-        for _ in range(6):
-            job.train_step()
-            out.append(log.save_async(job.state(), job.step).kind)
-        job.train_step()
-        t = threading.Thread(target=lambda: out.append(log.save_async(job.state(), 7).kind))
-        t.start()
-        t.join(1.0)
-        blocked = t.is_alive()
-        gate.set()
-        t.join()
+        blocked = held_save(log, job, {3: lambda h: Failed(h, None),
+                                       6: lambda h: Held(h, gate)}, gate, out, 6)
         for _ in range(3):
             job.train_step()
             out.append(log.save_async(job.state(), job.step).kind)
@@ -754,8 +751,7 @@ def t_sgd():
     with open_log("sgd", job) as log:
         train(log, job, 6)
         want = clone(job.state())
-    sd, rec, _, _ = loaded("sgd", opt="sgd")
-    return same(want, sd) if rec["replayed"] else f"last_recovery {rec}"
+    return replayed_as("sgd", want, opt="sgd")
 
 
 T.run("SGD with momentum: a record replayed bit-exact", t_sgd)
