@@ -246,9 +246,9 @@ T.run("two steps since the whole state, a closure, gradients zeroed in place: sa
       "bit-exact", t_fallbacks)
 
 
-def run_loop(name, job, steps, step_fn=None, before_step=None, **kw):
-    """Trains and saves every step (with a custom step call or a change before it);
-    (kinds, the state of the last step, warnings)."""
+def run_loop(name, job, steps, step_fn=None, before_step=None, state_fn=None, **kw):
+    """Trains and saves every step (with a custom step call or a change before it, the
+    state made by state_fn); (kinds, the state of the last step, GradientLog's warnings)."""
     kinds = []
     with warnings.catch_warnings(record=True) as w, open_log(name, job, **kw) as log:
         warnings.simplefilter("always")
@@ -259,8 +259,9 @@ def run_loop(name, job, steps, step_fn=None, before_step=None, **kw):
                 before_step(job)
             (step_fn or (lambda j: j.opt.step()))(job)
             job.sched.step()
-            kinds.append(log.save(job.state(), job.step).kind)
-        want = clone(job.state())
+            st = (state_fn or Job.state)(job)
+            kinds.append(log.save(st, job.step).kind)
+        want = clone(st)
     return kinds, want, [str(x.message) for x in w if "GradientLog" in str(x.message)]
 
 
@@ -515,16 +516,10 @@ def t_large_rest():
     job = Job()
     ema = {k: v.clone() for k, v in job.model.state_dict().items()}
     frozen = torch.randn(1 << 18)
-    kinds = []
-    with warnings.catch_warnings(record=True) as w, open_log("largerest", job) as log:
-        warnings.simplefilter("always")
-        for _ in range(4):
-            job.train_step()
-            st = job.state()
-            st["ema"], st["frozen"] = ema, frozen
-            kinds.append(log.save(st, job.step).kind)
-            want = clone(st)
-    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+
+    def with_rest(job):
+        return {**job.state(), "ema": ema, "frozen": frozen}
+    kinds, want, msgs = run_loop("largerest", job, 4, state_fn=with_rest)
     if kinds != ["state", "record"] * 2 or len(msgs) != 1 or "most of a whole state" not in \
             msgs[0]:
         return f"kinds {kinds}, warnings {msgs}"
@@ -563,36 +558,19 @@ T.run("the records' file truncated: load() gives the whole state before, with a 
 
 
 def t_no_optimizer_state():
-    job = Job()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        with open_log("noopt", job) as log:
-            kinds = []
-            for _ in range(4):
-                job.train_step()
-                kinds.append(log.save({"model": job.model.state_dict(), "step": job.step},
-                                      job.step).kind)
-    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
-    if kinds != ["state"] * 4:
-        return f"kinds {kinds}"
-    if len(msgs) != 1 or "no state_dict() of the optimizer" not in msgs[0]:
-        return f"warnings {msgs}"
-    T.diag(msgs[0])
-    job = Job()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        with open_log("noparam", job) as log:
-            kinds = []
-            for _ in range(3):
-                job.train_step()
-                st = job.state()
-                del st["model"]["body.0.weight"]
-                kinds.append(log.save(st, job.step).kind)
-    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
-    if kinds != ["state"] * 3 or len(msgs) != 1 or "not in the state_dict" not in msgs[0]:
-        return f"kinds {kinds}, warnings {msgs}"
-    T.diag(msgs[0])
-    return None
+    def no_optim(job):
+        return {"model": job.model.state_dict(), "step": job.step}
+
+    def no_param(job):
+        st = job.state()
+        del st["model"]["body.0.weight"]
+        return st
+    for name, fn, why in (("noopt", no_optim, "no state_dict() of the optimizer"),
+                          ("noparam", no_param, "not in the state_dict")):
+        kinds, _, msgs = run_loop(name, Job(), 4, state_fn=fn)
+        if kinds != ["state"] * 4 or len(msgs) != 1 or why not in msgs[0]:
+            return f"{name}: kinds {kinds}, warnings {msgs}"
+        T.diag(msgs[0])
 
 
 T.run("a state_dict without the optimizer's state, or without one of its parameters: "
