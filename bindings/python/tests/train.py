@@ -7,6 +7,7 @@ batches that depend only on (seed, step).  One thread, deterministic
 algorithms: the losses are a pure function of the seed.  Records, one write()
 each, appended to --log (they survive a SIGKILL in the page cache):
   R <step>          resumed from the checkpoint of <step> (0: fresh start)
+  Y <step>          gradlog: that resume replayed the record of <step>
   L <step> <hex>    loss of <step>, float.hex (also printed to stdout)
   B <step>          a checkpoint of <step> begins (also printed to stdout)
   E <step>          save (sync: durable) / save_async (async: queued) returned
