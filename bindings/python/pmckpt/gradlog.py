@@ -42,9 +42,9 @@ of its parameters.  Changes made through .data are not seen
 import collections
 import copy
 import secrets
+import sys
 import warnings
 
-import numpy as np
 import torch
 
 from .errors import CorruptError, Error, LayoutError, NoCheckpointError
@@ -340,6 +340,8 @@ class GradientLog:
         opt_keys = {_key(v) for s in opt.state.values() for v in s.values()
                     if isinstance(v, torch.Tensor)}
         paths, found, copied = [], [None], [0]
+        # numpy is optional: a state can hold its arrays only if the program imported it
+        ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())
 
         def is_opt_sd(node):
             if not (type(node) in (dict, collections.OrderedDict)
@@ -359,7 +361,7 @@ class GradientLog:
                     return None
                 copied[0] += node.numel() * node.element_size()
                 return node.detach().clone()  # buffers, RNG states: as they are now
-            if isinstance(node, np.ndarray):
+            if isinstance(node, ndarray):
                 return node.copy()
             if is_opt_sd(node):
                 if found[0] is not None:

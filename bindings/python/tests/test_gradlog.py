@@ -5,6 +5,8 @@ state the training held at that step; a record that does not belong to the
 newest whole state, or fails its checksums, must not be applied; every step
 that cannot be replayed exactly must be saved whole."""
 import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -761,4 +763,43 @@ def t_bad_input():
 
 
 t_bad_input()
+
+
+def t_without_numpy():
+    """numpy is an optional dependency of the package: import pmckpt and a GradientLog's
+    record and replay work where it cannot be imported."""
+    code = f"""
+import builtins
+real = builtins.__import__
+def imp(name, globals=None, locals=None, fromlist=(), level=0):
+    if level == 0 and (name == "numpy" or name.startswith("numpy.")):
+        raise ModuleNotFoundError("no numpy (test)")
+    return real(name, globals, locals, fromlist, level)
+builtins.__import__ = imp
+import torch, pmckpt
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.AdamW(m.parameters())
+with pmckpt.GradientLog(opt, name="nonumpy", ramdisk={D!r}) as log:
+    kinds = []
+    for step in (1, 2):
+        m(torch.ones(3, 4)).sum().backward()
+        opt.step()
+        kinds.append(log.save({{"model": m.state_dict(), "optim": opt.state_dict()}}, step).kind)
+    want = {{k: v.clone() for k, v in m.state_dict().items()}}
+m2 = torch.nn.Linear(4, 2)
+opt2 = torch.optim.AdamW(m2.parameters())
+with pmckpt.GradientLog(opt2, name="nonumpy", ramdisk={D!r}) as log:
+    sd = log.load()
+print(kinds, log.last_recovery["replayed"],
+      all(torch.equal(want[k], sd["model"][k]) for k in want))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    out = p.stdout.strip()
+    return None if out == "['state', 'record'] True True" else \
+        f"rc {p.returncode}: {out}\n{p.stderr[-1500:]}"
+
+
+T.run("without numpy (an optional dependency): import pmckpt, a record saved and replayed "
+      "bit-exact", t_without_numpy)
 T.done()
