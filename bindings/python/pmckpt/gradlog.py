@@ -93,10 +93,6 @@ class GradientLogHandle:
         if self._base is not None:
             self._base.wait()
 
-    def wait_for(self, tensors):
-        """Blocks until the given tensors are no longer read by this checkpoint."""
-        self._handle.wait_for(tensors)
-
 
 def _key(t):
     return (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
@@ -211,6 +207,7 @@ class GradientLog:
         self._taken = self._groups = None
         if self._base is None or self._steps != 1:
             return  # this step cannot be a record: nothing to take
+        params = self._params()
         if args and args[0] is opt:
             args = args[1:]  # torch passes the optimizer itself first
         if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
@@ -218,14 +215,14 @@ class GradientLog:
         elif getattr(opt, "grad_scale", None) is not None or \
                 getattr(opt, "found_inf", None) is not None:
             self._why_step = "GradScaler passes its scale to the (fused) step"
-        elif (len(opt.param_groups), len(self._params())) != self._base[4]:
+        elif (len(opt.param_groups), len(params)) != self._base[4]:
             self._why_step = ("the optimizer's parameter groups changed since the whole "
                               "state (add_param_group)")
-        elif self._versions() != self._base[3]:
+        elif self._versions(params) != self._base[3]:
             self._why_step = ("parameters or optimizer state were changed in place since "
                               "the whole state, outside optimizer.step()")
         else:
-            grads = [p.grad for p in self._params()]
+            grads = [p.grad for p in params]
             if any(g is not None and g.layout != torch.strided for g in grads):
                 self._why_step = "the gradients are sparse"
                 return
@@ -244,19 +241,21 @@ class GradientLog:
             return
         # the step must have used the gradients taken before it (a hook after ours may
         # have replaced or changed them)
-        for p, (g, version) in zip(self._params(), self._taken):
+        params = self._params()
+        for p, (g, version) in zip(params, self._taken):
             if p.grad is not g or (g is not None and g._version != version):
                 self._taken = None
                 self._why_step = "the gradients were replaced or changed during the step"
                 return
-        self._stepped = self._versions()  # what the step left: nothing may change it
+        self._stepped = self._versions(params)  # what the step left: nothing may change it
 
-    def _versions(self):
-        """The version counters of the parameters and the optimizer's state tensors: an
-        in-place change outside optimizer.step() shows there (not one through .data)."""
+    def _versions(self, params):
+        """The version counters of the parameters (the optimizer's, _params()) and of
+        the optimizer's state tensors: an in-place change outside optimizer.step()
+        shows there (not one through .data)."""
         opt = self.optimizer
         out = []
-        for p in self._params():
+        for p in params:
             out.append(p._version)
             out.extend(v._version for v in opt.state.get(p, {}).values()
                        if isinstance(v, torch.Tensor))
@@ -281,7 +280,7 @@ class GradientLog:
         n += len(getattr(optmod, "_global_optimizer_post_hooks", {}))
         return n
 
-    def _recordable(self, step):
+    def _recordable(self, step, params):
         """The gradients of step `step` if it can be a record, else None (saying why,
         once per reason, where the loop would otherwise silently never record)."""
         if self._base is None or self._base[0] != step - 1 or self._base[2].skipped:
@@ -294,12 +293,12 @@ class GradientLog:
         if self._taken is None:
             return self._cannot(self._why_step)
         opt = self.optimizer
-        shape = (len(opt.param_groups), len(self._params()))
+        shape = (len(opt.param_groups), len(params))
         if shape != self._base[4] or len(self._groups) != shape[0] or \
                 len(self._taken) != shape[1]:
             return self._cannot("the optimizer's parameter groups changed since the whole "
                                 "state (add_param_group)")
-        if self._versions() != self._stepped:
+        if self._versions(params) != self._stepped:
             return self._cannot("parameters or optimizer state were changed in place after "
                                 "the step, outside optimizer.step()")
         n = self._foreign_hooks()
@@ -331,11 +330,10 @@ class GradientLog:
             return self._cannot("other parameters have gradients than in the records before")
         return grads
 
-    def _split(self, state):
+    def _split(self, state, params):
         """(rest, param paths, optimizer path, bytes copied): state without what the
         optimizer's step produces, its other tensors copied; None if it cannot be."""
         opt = self.optimizer
-        params = self._params()
         index = {_key(p): i for i, p in enumerate(params)}
         opt_keys = {_key(v) for s in opt.state.values() for v in s.values()
                     if isinstance(v, torch.Tensor)}
@@ -392,11 +390,16 @@ class GradientLog:
     def _cannot(self, why, level=5):
         """Warns once per reason that a step is saved whole; returns None.  level: the
         caller of save_async, from _recordable or _split (from _save_record: 4)."""
-        if why not in self._warned:
-            self._warned.add(why)
-            warnings.warn(f"GradientLog: a whole state instead of a record: {why}",
-                          stacklevel=level)
+        self._warn_once(why, f"GradientLog: a whole state instead of a record: {why}",
+                        level)
         return None
+
+    def _warn_once(self, key, text, level):
+        """warnings.warn(text) the first time for key; level: warn's stacklevel as the
+        caller of _warn_once would give it (1: that caller)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(text, stacklevel=level + 1)
 
     def save_async(self, state_dict, step):
         """Starts the checkpoint of step `step` (after this step's optimizer.step())
@@ -422,16 +425,18 @@ class GradientLog:
             # after a failed whole state: the next record overwrites the newest loadable
             # one, so it must wait for this whole state
             self._prev_record_base, self._keep_previous = h, False
-        self._base = (step, base_id, h, self._versions(),
-                      (len(self.optimizer.param_groups), len(self._params())))
+        params = self._params()
+        self._base = (step, base_id, h, self._versions(params),
+                      (len(self.optimizer.param_groups), len(params)))
         self._steps, self._taken = 0, None
         self._pre_hook_last()
         self.states_saved += not h.skipped
         return GradientLogHandle(step, "state", h)
 
     def _save_record(self, state_dict, step):
-        grads = self._recordable(step)
-        split = self._split(state_dict) if grads is not None else None
+        params = self._params()
+        grads = self._recordable(step, params)
+        split = self._split(state_dict, params) if grads is not None else None
         if split is None:
             return None
         rest, paths, opt_path, copied = split
@@ -447,24 +452,25 @@ class GradientLog:
                 return self._cannot(f"the whole state of the record before failed ({e})", 4)
         nbytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
         if copied > nbytes:
-            self._cannot_quietly_once(
+            self._warn_once(
+                "large rest",
                 f"GradientLog: a record copies {copied / 1e6:.3g} MB of tensors that are not "
                 f"the optimizer's (frozen weights, EMA copies, a second model...) beside "
-                f"{nbytes / 1e6:.3g} MB of gradients: most of a whole state")
+                f"{nbytes / 1e6:.3g} MB of gradients: most of a whole state", 3)
         # Gradients that are views of a buffer (DDP's gradient_as_bucket_view, contiguous
         # gradient buffers) are written again by the next backward: copy those now.
         sources = [g.detach().clone() if g is not None and g._is_view() else g for g in grads]
         base_step, base_id, base_handle = self._base[:3]
         rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
                            "nparams": len(grads), "params": paths, "optim": opt_path,
-                           "devices": sorted({p.device.type for p in self._params()})},
+                           "devices": sorted({p.device.type for p in params})},
                "groups": self._groups, "grads": sources, "state": rest}
         try:
             h = self.records.save_async(rec, step)
         except LayoutError:
             return self._cannot("a record of another structure than the records' store's", 4)
         self._grad_pattern = tuple(g is None for g in grads)
-        for p, g in zip(self._params(), grads):
+        for p, g in zip(params, grads):
             if p.grad is g:
                 p.grad = None  # the next backward makes new ones
         self._base, self._steps, self._taken = None, 0, None
@@ -472,11 +478,6 @@ class GradientLog:
         self._records_newest = step
         self.records_saved += not h.skipped
         return GradientLogHandle(step, "record", h, base_handle)
-
-    def _cannot_quietly_once(self, text):
-        if "large rest" not in self._warned:
-            self._warned.add("large rest")
-            warnings.warn(text, stacklevel=4)
 
     def save(self, state_dict, step):
         """save_async, then wait: returns once step `step` can be loaded."""
@@ -530,16 +531,16 @@ class GradientLog:
                                "checkpoints (saved by Store.save, or another version)")
         base_step = self.store.last_recovery["step"]
         state, rec, rec_info = full["state"], None, None
-        try:
-            if not replay:
-                raise NoCheckpointError("not asked to replay")
-            rec = self.records.load(step=base_step + 1, map_location=map_location)
-            rec_info = self.records.last_recovery
-        except NoCheckpointError:
-            pass
-        except Error as e:  # unusable, truncated, not a pool: the whole state still is
-            warnings.warn(RecoveryWarning(f"GradientLog: the record of step {base_step + 1} "
-                                          f"is unusable ({e}); step {base_step} loaded"))
+        if replay:
+            try:
+                rec = self.records.load(step=base_step + 1, map_location=map_location)
+                rec_info = self.records.last_recovery
+            except NoCheckpointError:
+                pass
+            except Error as e:  # unusable, truncated, not a pool: the whole state still is
+                warnings.warn(RecoveryWarning(f"GradientLog: the record of step "
+                                              f"{base_step + 1} is unusable ({e}); step "
+                                              f"{base_step} loaded"))
         replayed = rec is not None and rec.get("gradlog", {}).get("base") == info["id"]
         if replayed:
             here = sorted({p.device.type for p in self._params()})
@@ -616,19 +617,20 @@ class GradientLog:
         try:
             self.wait()
         finally:
-            for h in self._hooks:
-                h.remove()
-            self._hooks = []
+            self._unhook()
             self.store.close()
             self.records.close()
 
     def destroy(self):
-        """close(), then deletes both stores' files (Store.destroy)."""
+        """Removes the hooks and deletes both stores' files (Store.destroy)."""
+        self._unhook()
+        self.store.destroy()
+        self.records.destroy()
+
+    def _unhook(self):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self.store.destroy()
-        self.records.destroy()
 
     def __enter__(self):
         return self
