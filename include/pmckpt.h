@@ -484,9 +484,11 @@ struct pmck_pipeline_opts {
  * sets another size, for tuning (docs/gpu.md).  The writers hash (XXH3)
  * what lands; PMCK_GPU_HASH=device has the GPU hash the sources instead
  * (every GPU source but the staged one; an experiment, off by default:
- * docs/gpu.md).
- * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB or PMCK_GPU_HASH, named in
- * the message), -ENOMEM (host memory, or device or pinned memory from
+ * docs/gpu.md).  A writer waiting for its copies polls (the CUDA runtime's
+ * choice on a machine of many CPUs); PMCK_GPU_WAIT=block has it sleep until
+ * they land instead (slower on the H100s measured: docs/gpu.md).
+ * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, PMCK_GPU_HASH or
+ * PMCK_GPU_WAIT, named in the message), -ENOMEM (host memory, or device or pinned memory from
  * CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the
  * message gives the bytes asked and free), -EAGAIN (threads), -ENODEV
  * (GPU path unavailable: built without CUDA, no driver or no device; the

@@ -24,6 +24,7 @@ extern "C" {
 
 struct pmck_gpu {
 	int device;
+	unsigned event_flags;  /* cudaEventDisableTiming, | cudaEventBlockingSync (gpu.h) */
 	char *host_base;
 	size_t size;
 	char *dev_base;        /* the region as the GPU sees it */
@@ -90,13 +91,13 @@ pmck_gpu_available(int device)
 }
 
 static int
-make_events(cudaEvent_t **ev, size_t want, size_t *made)
+make_events(const struct pmck_gpu *g, cudaEvent_t **ev, size_t want, size_t *made)
 {
 	*ev = (cudaEvent_t *)calloc(want ? want : 1, sizeof(**ev));
 	if (!*ev)
 		return pmck__err(-ENOMEM, "out of memory");
 	for (; *made < want; ++*made)
-		CUDA_TRY(cudaEventCreateWithFlags(&(*ev)[*made], cudaEventDisableTiming));
+		CUDA_TRY(cudaEventCreateWithFlags(&(*ev)[*made], g->event_flags));
 	return 0;
 }
 
@@ -116,12 +117,12 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned
 	CUDA_TRY(cudaHostGetDevicePointer(&dev, g->host_base, 0));
 	g->dev_base = (char *)dev;
 	size_t made = 0;
-	ret = make_events(&g->ready, nlayers, &made);
+	ret = make_events(g, &g->ready, nlayers, &made);
 	g->nready = (unsigned)made;
 	if (ret)
 		return ret;
 	made = 0;
-	ret = make_events(&g->done, njobs, &made);
+	ret = make_events(g, &g->done, njobs, &made);
 	g->ndone = made;
 	if (ret || !snapshot_bytes)
 		return ret;
@@ -141,19 +142,19 @@ open_locked(struct pmck_gpu *g, size_t snapshot_bytes, size_t nsources, unsigned
 	CUDA_TRY(cudaHostAlloc((void **)&g->copies_host, g->ncopies * sizeof(struct snap_copy),
 			cudaHostAllocPortable));
 	CUDA_TRY(cudaMalloc((void **)&g->copies_dev, g->ncopies * sizeof(struct snap_copy)));
-	CUDA_TRY(cudaEventCreateWithFlags(&g->copies_read, cudaEventDisableTiming));
+	CUDA_TRY(cudaEventCreateWithFlags(&g->copies_read, g->event_flags));
 	int sms = 0;
 	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->device));
 	g->snap_blocks = 4 * (sms > 0 ? sms : 1);
 	made = 0;
-	ret = make_events(&g->snapped, nlayers, &made);
+	ret = make_events(g, &g->snapped, nlayers, &made);
 	g->nsnapped = (unsigned)made;
 	return ret;
 }
 
 extern "C" int
 pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t nsources,
-		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
+		unsigned nlayers, size_t njobs, unsigned flags, struct pmck_gpu **out)
 {
 	int ret = pmck_gpu_available(device);
 
@@ -164,6 +165,8 @@ pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t n
 	if (!g)
 		return pmck__err(-ENOMEM, "out of memory");
 	g->device = device;
+	g->event_flags = cudaEventDisableTiming |
+			(flags & PMCK_GPU_BLOCKING_WAITS ? cudaEventBlockingSync : 0);
 	g->host_base = (char *)pma_region_addr(r);
 	g->size = pma_region_size(r);
 	*out = g;
@@ -233,7 +236,7 @@ pmck__gpu_stream_new(struct pmck_gpu *g, struct pmck_gpu_stream **out)
 	CUDA_TRY(cudaSetDevice(g->device)); /* a writer thread of the library: its device for good */
 	CUDA_TRY(cudaStreamCreateWithFlags(&ws->stream, cudaStreamNonBlocking));
 	for (; ws->nsub < PMCK_GPU_MAX_SUB; ws->nsub++)
-		CUDA_TRY(cudaEventCreateWithFlags(&ws->sub[ws->nsub], cudaEventDisableTiming));
+		CUDA_TRY(cudaEventCreateWithFlags(&ws->sub[ws->nsub], g->event_flags));
 	return 0;
 }
 
@@ -522,7 +525,7 @@ pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
 	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->device));
 	g->hash_blocks = 2 * (sms > 0 ? sms : 1); /* 256 threads: 8 warps a block */
 	size_t made = 0;
-	int ret = make_events(&g->hashed, nlayers, &made);
+	int ret = make_events(g, &g->hashed, nlayers, &made);
 	g->nhashed = (unsigned)made;
 	return ret;
 }

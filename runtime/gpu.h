@@ -41,9 +41,16 @@ int pmck__gpu_build_version(void);
  * Events: a put of one or more layers uses one ready (and snapshot) event,
  * the one of its first layer's dense index; the pipeline remembers which
  * event each layer's copies wait for.
+ *
+ * flags: PMCK_GPU_BLOCKING_WAITS makes every event g and its writer streams
+ * create cudaEventBlockingSync, so that a thread waiting for one (a writer
+ * for its sub-copies or hashes) sleeps until the GPU signals it.  Without
+ * it, with one context on a machine of many CPUs, the CUDA runtime spins:
+ * each waiting writer keeps a CPU busy, beside the framework's threads.
  */
+#define PMCK_GPU_BLOCKING_WAITS 1u
 int pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t nsources,
-		unsigned nlayers, size_t njobs, struct pmck_gpu **out);
+		unsigned nlayers, size_t njobs, unsigned flags, struct pmck_gpu **out);
 /* Unregisters the region and frees everything. */
 void pmck__gpu_close(struct pmck_gpu **g);
 

@@ -19,9 +19,10 @@ int pmck__gpu_build_version(void) { return 0; }
 /* pmck__gpu_open fails, so no pipeline reaches the others: they report it all the same. */
 int
 pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t nsources,
-		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
+		unsigned nlayers, size_t njobs, unsigned flags, struct pmck_gpu **out)
 {
 	(void)r, (void)device, (void)snapshot_bytes, (void)nsources, (void)nlayers, (void)njobs;
+	(void)flags;
 	*out = NULL;
 	return no_cuda();
 }

@@ -574,6 +574,28 @@ gpu_hash_mode(enum pmck_source source, int *device)
 	return 0;
 }
 
+/*
+ * $PMCK_GPU_WAIT: how a writer waits for its copies (and hashes) to land:
+ * "spin" (the default, the CUDA runtime's own choice with one context on a
+ * machine of many CPUs: each waiting writer keeps a CPU busy) or "block" (it
+ * sleeps until the GPU signals, cudaEventBlockingSync).  Sleeping was slower
+ * on the H100s, in training too (docs/gpu.md): kept for hosts short of CPUs.
+ */
+static int
+gpu_wait_flags(unsigned *flags)
+{
+	const char *e = getenv("PMCK_GPU_WAIT");
+
+	*flags = 0;
+	if (!e || !*e || !strcmp(e, "spin"))
+		return 0;
+	if (strcmp(e, "block"))
+		return pma__err(-EINVAL, "PMCK_GPU_WAIT=%s: 'spin' (a writer polls for its copies, "
+				"the default) or 'block' (it sleeps until they land)", e);
+	*flags = PMCK_GPU_BLOCKING_WAITS;
+	return 0;
+}
+
 static int
 open_gpu_hash(struct pmck_pipeline *p)
 {
@@ -609,15 +631,18 @@ open_gpu(struct pmck_pipeline *p)
 				p->opts.snapshot_on_wait);
 	p->snapshot_room = p->opts.snapshot_on_wait ? p->opts.snapshot_on_wait + 512 * p->qcap : 0;
 	size_t snapshot = whole ? pmck_store_data_size(p->store) : p->snapshot_room;
+	unsigned flags;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (!ret)
 		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
+	if (!ret)
+		ret = gpu_wait_flags(&flags);
 	if (ret)
 		return ret;
 	/* G snapshots whole tensors, a wait whole jobs: the most of either at once. */
 	size_t most = whole ? pmck_store_ntensors(p->store) : p->qcap;
 	ret = pmck__gpu_open(pmck_store_region(p->store), p->opts.cuda_device, snapshot,
-			most, p->nlayers, p->qcap, &p->gpu);
+			most, p->nlayers, p->qcap, flags, &p->gpu);
 	p->job_writer = malloc(p->qcap ? p->qcap : 1);
 	if (!ret && !p->job_writer)
 		ret = pma__err(-ENOMEM, "out of memory");

@@ -108,6 +108,7 @@ static atomic_ulong caller_done_waits; /* jobs' done events callers' streams wai
 /* While set (under the gpu's lock), a writer's hash_wait holds until its hashes have run. */
 static int hold_hashes;
 static struct pmck_gpu *open_gpu; /* the last one opened, while it is open */
+static unsigned open_flags; /* the flags the last pmck__gpu_open was given */
 static pthread_cond_t hashes_ran = PTHREAD_COND_INITIALIZER;
 /* While set (under the gpu's lock), writers' copy_waits hold: their streams "stall". */
 static int hold_copies;
@@ -127,11 +128,12 @@ pmck_gpu_available(int device)
 
 int
 pmck__gpu_open(struct pma_region *r, int device, size_t snapshot_bytes, size_t ntensors,
-		unsigned nlayers, size_t njobs, struct pmck_gpu **out)
+		unsigned nlayers, size_t njobs, unsigned flags, struct pmck_gpu **out)
 {
 	struct pmck_gpu *g = calloc(1, sizeof(*g));
 
 	(void)ntensors;
+	open_flags = flags;
 	*out = g;
 	if (!g || device != 0)
 		return device != 0 ? -ENODEV : -ENOMEM;
@@ -1179,6 +1181,37 @@ main(void)
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	unsetenv("PMCK_GPU_HASH");
+
+	/* PMCK_GPU_WAIT: the writers' events spin by default, block when asked; a typo is refused. */
+	static const struct {
+		const char *value; /* NULL: unset */
+		int ret;
+		unsigned flags;
+	} waits[] = {{NULL, 0, 0}, {"spin", 0, 0}, {"block", 0, PMCK_GPU_BLOCKING_WAITS},
+		     {"poll", -EINVAL, 0}};
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		if (waits[i].value)
+			setenv("PMCK_GPU_WAIT", waits[i].value, 1);
+		else
+			unsetenv("PMCK_GPU_WAIT");
+		open_flags = ~0u;
+		ret = open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s);
+		if (!ret)
+			ret = pmck_pipeline_new(s, &o, &p);
+		if (waits[i].ret)
+			ok(ret == waits[i].ret && !p && open_flags == ~0u &&
+					strstr(pmck_errormsg(), "PMCK_GPU_WAIT=poll") &&
+					strstr(pmck_errormsg(), "'block'"),
+					"PMCK_GPU_WAIT=poll refused before the GPU path opens: %s",
+					pmck_errormsg());
+		else
+			ok(ret == 0 && p && open_flags == waits[i].flags,
+					"PMCK_GPU_WAIT %s: the GPU path opened with flags %#x",
+					waits[i].value ? waits[i].value : "unset", open_flags);
+		pmck_pipeline_delete(&p);
+		close_store(&r, &pool, &s);
+	}
+	unsetenv("PMCK_GPU_WAIT");
 	unlink(path);
 	for (size_t i = 0; i < N; i++) {
 		free(dev[i]);

@@ -68,7 +68,7 @@ main(void)
 	}
 	unlink(path);
 	const size_t most = 6000;
-	if (pmck__gpu_open(reg, 0, 0, 0, 4, 1, &g) || pmck__gpu_hash_open(g, most, 4)) {
+	if (pmck__gpu_open(reg, 0, 0, 0, 4, 1, 0, &g) || pmck__gpu_hash_open(g, most, 4)) {
 		diag("%s", pmck_errormsg());
 		return 1;
 	}

@@ -45,6 +45,10 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   state and the next step's gradients in turn, fewer bytes a
                   step), as pm, pmsnap and pmqsnap
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
+  NAME:block, NAME:dh  CUDA: any of these with the writers sleeping while they
+                  wait for their copies (PMCK_GPU_WAIT=block; they spin by
+                  default), or with device hashing (PMCK_GPU_HASH=device);
+                  suffixes combine (pmglqsnap_every1:dh:block)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -517,12 +521,36 @@ def make_ckpt(cfg, a, job, name, group=None):
 
 # ------------------------------------------------------------------ one run
 
+SUFFIX_ENV = {"block": {"PMCK_GPU_WAIT": "block"}, "dh": {"PMCK_GPU_HASH": "device"}}
+
+
+def config_suffixes(cfg):
+    """NAME[:tN][:block][:dh] -> (NAME, torch threads or None, environment)"""
+    cfg, *suffixes = cfg.split(":")
+    tt, env = None, {}
+    for x in suffixes:
+        if x in SUFFIX_ENV:
+            env.update(SUFFIX_ENV[x])
+        elif x[:1] == "t" and x[1:].isdigit():
+            tt = int(x[1:])
+        else:
+            raise SystemExit(f"bench_train: unknown suffix :{x} of configuration {cfg} "
+                             f"(:tN, {', '.join(':' + k for k in SUFFIX_ENV)})")
+    return cfg, tt, env
+
+
 def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
-    cfg, _, tt = cfg.partition(":t")
-    torch.set_num_threads(int(tt) if tt else a.torch_threads)
+    label = cfg
+    cfg, tt, env = config_suffixes(cfg)
+    torch.set_num_threads(tt or a.torch_threads)
     job = Job(a, device, ddp_group)
-    name = f"bt{os.getpid()}-{cfg}{tt}-{rep}"
-    ck = make_ckpt(cfg, a, job, name, group)
+    name = f"bt{os.getpid()}-{label.replace(':', '-')}-{rep}"
+    old_env = set_env(env)  # read by the library when the store opens
+    try:
+        ck = make_ckpt(cfg, a, job, name, group)
+    except BaseException:
+        restore_env(old_env)
+        raise
     main = threading.get_native_id()
     try:
         for i in range(a.warmup):
@@ -552,9 +580,10 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         st = {k: s1[k] - s0.get(k, 0) for k in s1}
         ck.drain()
         if hasattr(ck, "profile"):
-            ck.profile(f"{cfg}{tt} repetition {rep}, measured steps")
+            ck.profile(f"{label} repetition {rep}, measured steps")
     finally:
         ck.close()
+        restore_env(old_env)
     r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
          "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st}
     if gpu:
@@ -764,6 +793,12 @@ def main():
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
+    for cfg in R:  # the suffixes: writers sleeping against spinning, device hashing
+        if cfg + ":block" in R:
+            ratio(f"train_tput_{cfg.replace(':', '_')}_block_vs_spin", cfg + ":block", cfg, R)
+        if cfg.endswith(":dh"):
+            ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
+                  R)
     bench_ratio = [("dcp_async_every_step_vs_none", "dcp_every1"),
                    ("dcp_async_every10_vs_none", "dcp_every10"),
                    ("torch_save_every10_vs_none", "tsave_every10")]
