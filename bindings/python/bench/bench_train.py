@@ -157,6 +157,9 @@ class GPT(nn.Module):
 SIZES = {  # vocab, seq, d, layers, heads, batch
     "cpu": (8192, 64, 512, 7, 8, 4),       # 30.5M parameters, 256 tokens a step
     "tiny": (1024, 32, 128, 2, 4, 2),      # for trying the script out
+    # GPT-2 medium's tensors (24 blocks: 292 parameters) on a narrow width: the
+    # Python costs of a checkpoint call, which go with the tensors, on a CPU
+    "gpt2-shape": (1024, 32, 64, 24, 4, 2),
     "gpt2-medium": (50304, 1024, 1024, 24, 16, 8),
 }
 
