@@ -45,10 +45,11 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   state and the next step's gradients in turn, fewer bytes a
                   step), as pm, pmsnap and pmqsnap
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
-  NAME:block, NAME:dh  CUDA: any of these with the writers sleeping while they
-                  wait for their copies (PMCK_GPU_WAIT=block; they spin by
-                  default), or with device hashing (PMCK_GPU_HASH=device);
-                  suffixes combine (pmglqsnap_every1:dh:block)
+  NAME:block, NAME:dh, NAME:sub8  CUDA: any of these with the writers
+                  sleeping while they wait for their copies (PMCK_GPU_WAIT=block;
+                  they spin by default), with device hashing (PMCK_GPU_HASH=device),
+                  or with 8 MiB sub-copies (PMCK_GPU_SUB_MIB=8: half the writers'
+                  CUDA calls); suffixes combine (pmglqsnap_every1:dh:sub8)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -524,11 +525,12 @@ def make_ckpt(cfg, a, job, name, group=None):
 
 # ------------------------------------------------------------------ one run
 
-SUFFIX_ENV = {"block": {"PMCK_GPU_WAIT": "block"}, "dh": {"PMCK_GPU_HASH": "device"}}
+SUFFIX_ENV = {"block": {"PMCK_GPU_WAIT": "block"}, "dh": {"PMCK_GPU_HASH": "device"},
+              "sub8": {"PMCK_GPU_SUB_MIB": "8"}}
 
 
 def config_suffixes(cfg):
-    """NAME[:tN][:block][:dh] -> (NAME, torch threads or None, environment)"""
+    """NAME[:tN][:block][:dh][:sub8] -> (NAME, torch threads or None, environment)"""
     cfg, *suffixes = cfg.split(":")
     tt, env = None, {}
     for x in suffixes:
@@ -796,9 +798,12 @@ def main():
     ratio("train_tput_every_step_vs_none_2_torch_threads", "pm_every1:t2", "none:t2", R)
     ratio("train_tput_none_2_vs_1_torch_threads", "none:t2", "none", R)
     ratio("train_tput_every10_vs_torch_save_every10", "pm_every10", "tsave_every10", R)
-    for cfg in R:  # the suffixes: writers sleeping against spinning, device hashing
+    for cfg in R:  # the suffixes against the same configuration without them
         if cfg + ":block" in R:
             ratio(f"train_tput_{cfg.replace(':', '_')}_block_vs_spin", cfg + ":block", cfg, R)
+        if cfg + ":sub8" in R:
+            ratio(f"train_tput_{cfg.replace(':', '_')}_sub8_vs_default_sub", cfg + ":sub8",
+                  cfg, R)
         if cfg.endswith(":dh"):
             ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
                   R)
