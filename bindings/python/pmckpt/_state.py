@@ -55,6 +55,7 @@ class RawJSON(str):
 
 
 _quote = json.encoder.encode_basestring_ascii  # a str as a JSON string literal (json.dumps's)
+_DICTS = ("dicts",)  # a Flattener memo's key for its dicts (key paths are strings)
 
 
 def _json(v):
@@ -158,7 +159,13 @@ class Flattener:
     A dense tensor found at the same key path with the same address, shape,
     strides, dtype and device as then is declared as then, without the
     checks and the naming: a training loop saves the same tensors every
-    time.  A memo is only read; each encode makes a new self.memo."""
+    time.  And a plain dict at the same key path with the same keys, its
+    tensors declared as then that way and its other values equal ints,
+    strings, bools or None (an optimizer's per-parameter state: AdamW's
+    step, exp_avg and exp_avg_sq) is written as then, without walking it.
+    A memo holds no reference to the state's objects: only their keys (the
+    addresses, shapes, ...) and text.  A memo is only read; each encode
+    makes a new self.memo."""
 
     def __init__(self, memo=None):
         self.entries = []
@@ -168,6 +175,10 @@ class Flattener:
         #              on CUDA?)
         self.memo = {}
         self._memo = memo or {}
+        # key path -> (keys, each value's kind, JSON text, its tensors) of the plain dicts
+        # that can be written again as they were (_remember_dict, _replay_dict)
+        self._dicts = self.memo[_DICTS] = {}
+        self._dicts_then = self._memo.get(_DICTS) or {}
         self._alias = {}
         self._path = []
         self._np = None
@@ -329,6 +340,13 @@ class Flattener:
 
     def _dict(self, v):
         path, out, enc = self._path, self._out, self._enc
+        plain = type(v) is dict
+        if plain:
+            where = "/".join(path)
+            m = self._dicts_then.get(where)
+            if m is not None and self._replay_dict(v, where, m):
+                return
+            start, first = len(out), len(self.entries)
         # Items as [key,value] pairs: '{"d":[' '[k1,' v1 '],[k2,' v2 ']]' (one append
         # per item besides the value's).
         sep = '{"od":[[' if isinstance(v, collections.OrderedDict) else '{"d":[['
@@ -359,6 +377,82 @@ class Flattener:
             enc(md)
             path.pop()
         out.append("}")
+        if plain:
+            self._remember_dict(v, where, start, first)
+
+    def _remember_dict(self, v, where, start, first):
+        """Remembers plain dict v, just written from out[start:] with the entries from
+        `first` on, for the next encode's _replay_dict: if its keys are strings or
+        ints, and its values are ints, strings, bools, None, or tensors that each
+        became a new entry remembered in self.memo (dense, contiguous, not seen
+        before in this encode, not requiring grad)."""
+        entries = self.entries
+        kinds, tensors, j = [], [], first
+        for pos, (k, x) in enumerate(v.items()):
+            tk, tx = type(k), type(x)
+            if tk is not str and tk is not int:
+                return
+            if tx is torch.Tensor or tx is torch.nn.Parameter:
+                tpath = where + "/" + str(k)
+                tm = self.memo.get(tpath)
+                if j >= len(entries) or entries[j].tensor is not x or tm is None or \
+                        tm[1] != entries[j].name:
+                    return  # an alias of an earlier tensor, or not remembered
+                tensors.append((pos, tm, tpath))
+                kinds.append(None)
+                j += 1
+            elif tx is int or tx is str or tx is bool or x is None:
+                kinds.append((tx, x))
+            else:
+                return  # floats (-0.0 == 0.0), containers, everything else: walked each time
+        if j == len(entries):
+            self._dicts[where] = (tuple(v), tuple(kinds), "".join(self._out[start:]),
+                                  tuple(tensors))
+
+    def _replay_dict(self, v, where, m):
+        """Writes plain dict v as the last encode wrote the one at its key path
+        `where` (memo m of _remember_dict), if it has the same keys in the same
+        order, equal non-tensor values, and tensors each declared as then (the
+        checks of _tensor's memo path); returns whether it did (else nothing
+        was written)."""
+        keys, kinds, text, tensors = m
+        if len(v) != len(keys) or tuple(v) != keys:
+            return False
+        values = list(v.values())
+        for x, kind in zip(values, kinds):
+            if kind is None:
+                tx = type(x)
+                if tx is not torch.Tensor and tx is not torch.nn.Parameter:
+                    return False
+            elif type(x) is not kind[0] or x != kind[1]:
+                return False
+        by_name, alias = self.by_name, self._alias
+        found = []
+        for pos, tm, tpath in tensors:
+            t = values[pos]
+            if t.layout is not torch.strided:
+                return False
+            if t.requires_grad:
+                t = t.detach()  # as _tensor declares it
+            try:
+                key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+            except RuntimeError:  # no storage, no strides (nested)
+                return False
+            if key != tm[0] or tm[1] in by_name or key in alias:
+                return False
+            found.append((t, key, tm, tpath))
+        for t, key, tm, tpath in found:
+            _, name, qname, code, shape, nbytes, prefix, info_json, cuda = tm
+            if cuda and self.cuda_device is None:
+                self.cuda_device = key[4]
+            e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
+            self.entries.append(e)
+            by_name[name] = e
+            alias[key] = qname
+            self.memo[tpath] = tm
+        self._out.append(text)
+        self._dicts[where] = m
+        return True
 
     def _seq(self, v):
         """A JSON array of v's items."""

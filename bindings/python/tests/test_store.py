@@ -106,37 +106,83 @@ def encoded(st, memo=None):
     text = fl.encode(st)
     assign_entry_layers(fl.entries)
     rows = [(e.name, e.code, e.shape, e.info_json, e.nbytes, e.zero_copy, e.layer,
-             e.tensor.data_ptr() if e.nbytes else 0) for e in fl.entries]
+             e.tensor.data_ptr() if e.nbytes else 0, e.tensor.requires_grad)
+            for e in fl.entries]
     return text, rows, fl.memo
 
 
 def test_memo():
-    """An encode given the previous one's memo declares every tensor as a fresh
-    encode would, whatever changed at the same key paths, and declares the
-    unchanged ones without _new_tensor (the fast path is taken)."""
+    """An encode given the previous one's memo declares every tensor and writes
+    every value as a fresh encode would, whatever changed at the same key paths,
+    and declares the unchanged tensors without _new_tensor and writes the
+    unchanged plain dicts (the optimizer's per-parameter state, a module's
+    _metadata) without walking them (the fast paths are taken)."""
     sd = rich_state()
+    sd["plain"] = {"n": 3, "s": "x", "on": True, "none": None, "t": torch.arange(4.0),
+                   "f": 0.0}
+    sd["plain_nofloat"] = {"n": 3, "t": torch.arange(6.0), 7: "int key"}
     text, rows, memo = encoded(sd)
     if json.loads(text)["d"][0][0] != "model":
         return f"not the tree: {text[:80]}"
-    fresh = [0]
-    orig = Flattener._new_tensor
+    fresh, replayed = [0], []
+    orig, orig_replay = Flattener._new_tensor, Flattener._replay_dict
 
     def counting(self, t, numpy, path):
         fresh[0] += 1
         return orig(self, t, numpy, path)
-    Flattener._new_tensor = counting
+
+    def replaying(self, v, where, m):
+        done = orig_replay(self, v, where, m)
+        if done:
+            replayed.append(where)
+        return done
+    Flattener._new_tensor, Flattener._replay_dict = counting, replaying
     try:
         again = encoded(sd, memo)
     finally:
-        Flattener._new_tensor = orig
+        Flattener._new_tensor, Flattener._replay_dict = orig, orig_replay
     if again[:2] != (text, rows):
         return "the memo's encode differs from a fresh one"
     # Not remembered: empty, non-contiguous, numpy, and views seen again (the tie).
     if fresh[0] > 8:
         return f"{fresh[0]} of {len(rows)} tensors declared afresh with the memo"
+    # Written again as they were: the optimizer's per-parameter dicts (tensors only), the
+    # model's _metadata dicts, and the plain dict without a float; not the one with a
+    # float (-0.0 == 0.0), nor dicts holding containers (optim, optim/state, the top).
+    want = {f"optim/state/{i}" for i in sd["optim"]["state"]} | {"plain_nofloat"}
+    if not want <= set(replayed) or "plain" in replayed or "optim/state" in replayed or \
+            not any(w.startswith("model/_metadata/") for w in replayed):
+        return f"dicts written again: {sorted(replayed)}"
     m, t = sd["model"], sd["tensors"]
     w = m["0.weight"]
+    st0, st1, st2, st4 = (sd["optim"]["state"][i] for i in (0, 1, 2, 4))
+    pl = sd["plain_nofloat"]
+
+    def name_taken():  # an earlier key path named as a remembered dict's tensor is
+        items = list(sd.items())
+        sd.clear()
+        sd["optim/state/5/exp_avg"] = torch.ones(3)
+        sd.update(items)
     changes = {
+        "a value of a remembered dict, another int": lambda: pl.update({"n": 1}),
+        "that int now a bool (1 == True)": lambda: pl.update({"n": True}),
+        "a key renamed in place, its value kept": lambda: sd.update({"plain_nofloat": {
+            ("m" if k == "n" else k): v for k, v in sd["plain_nofloat"].items()}}),
+        "a key added to an optimizer state dict": lambda: st0.update({"extra": 5}),
+        "the key removed": lambda: st0.pop("extra"),
+        "its keys in another order": lambda: st0.update({"step": st0.pop("step")}),
+        "an optimizer state tensor replaced": lambda: st0.update(
+            {"exp_avg": st0["exp_avg"].clone()}),
+        "an optimizer state tensor now a tie with the model": lambda: st0.update(
+            {"exp_avg_sq": w}),
+        "a remembered dict's tensor now a tie with an earlier one": lambda: m.update(
+            {"0.bias": st1["exp_avg"]}),
+        "an optimizer state tensor requiring grad": lambda: st2["exp_avg"].requires_grad_(True),
+        "an optimizer state tensor transposed in place": lambda: st4["exp_avg_sq"].t_(),
+        "a remembered dict's tensor's name taken by an earlier one": name_taken,
+        "a remembered dict at another key path": lambda: sd.update(
+            {"plain_moved": sd.pop("plain_nofloat")}),
+        "a float's sign": lambda: sd["plain"].update({"f": -0.0}),
         "a tensor replaced (same shape and dtype)": lambda: m.update({"0.weight": w.clone()}),
         "two tensors swapped": lambda: t.update({"torch.float32": t["torch.int32"],
                                                  "torch.int32": t["torch.float32"]}),
