@@ -175,8 +175,9 @@ class Flattener:
         #              on CUDA?)
         self.memo = {}
         self._memo = memo or {}
-        # key path -> (keys, each value's kind, JSON text, its tensors) of the plain dicts
-        # that can be written again as they were (_remember_dict, _replay_dict)
+        # key path -> (keys, their types, each value's kind, JSON text, its tensors) of
+        # the plain dicts that can be written again as they were (_remember_dict,
+        # _replay_dict)
         self._dicts = self.memo[_DICTS] = {}
         self._dicts_then = self._memo.get(_DICTS) or {}
         self._alias = {}
@@ -406,8 +407,9 @@ class Flattener:
             else:
                 return  # floats (-0.0 == 0.0), containers, everything else: walked each time
         if j == len(entries):
-            self._dicts[where] = (tuple(v), tuple(kinds), "".join(self._out[start:]),
-                                  tuple(tensors))
+            keys = tuple(v)
+            self._dicts[where] = (keys, tuple(map(type, keys)), tuple(kinds),
+                                  "".join(self._out[start:]), tuple(tensors))
 
     def _replay_dict(self, v, where, m):
         """Writes plain dict v as the last encode wrote the one at its key path
@@ -415,8 +417,10 @@ class Flattener:
         order, equal non-tensor values, and tensors each declared as then (the
         checks of _tensor's memo path); returns whether it did (else nothing
         was written)."""
-        keys, kinds, text, tensors = m
-        if len(v) != len(keys) or tuple(v) != keys:
+        keys, key_types, kinds, text, tensors = m
+        now = tuple(v)
+        # equal keys of other types (True == 1 == 1.0) are written otherwise
+        if now != keys or tuple(map(type, now)) != key_types:
             return False
         values = list(v.values())
         for x, kind in zip(values, kinds):

@@ -120,7 +120,7 @@ def test_memo():
     sd = rich_state()
     sd["plain"] = {"n": 3, "s": "x", "on": True, "none": None, "t": torch.arange(4.0),
                    "f": 0.0}
-    sd["plain_nofloat"] = {"n": 3, "t": torch.arange(6.0), 7: "int key"}
+    sd["plain_nofloat"] = {"n": 3, "t": torch.arange(6.0), 1: "int key"}
     text, rows, memo = encoded(sd)
     if json.loads(text)["d"][0][0] != "model":
         return f"not the tree: {text[:80]}"
@@ -168,6 +168,9 @@ def test_memo():
         "that int now a bool (1 == True)": lambda: pl.update({"n": True}),
         "a key renamed in place, its value kept": lambda: sd.update({"plain_nofloat": {
             ("m" if k == "n" else k): v for k, v in sd["plain_nofloat"].items()}}),
+        "an int key now a bool (1 == True)": lambda: sd.update({"plain_nofloat": {
+            (True if k == 1 and type(k) is int else k): v
+            for k, v in sd["plain_nofloat"].items()}}),
         "a key added to an optimizer state dict": lambda: st0.update({"extra": 5}),
         "the key removed": lambda: st0.pop("extra"),
         "its keys in another order": lambda: st0.update({"step": st0.pop("step")}),
