@@ -394,7 +394,7 @@ class Flattener:
             if tk is not str and tk is not int:
                 return
             if tx is torch.Tensor or tx is torch.nn.Parameter:
-                tpath = where + "/" + str(k)
+                tpath = f"{where}/{k}" if where else str(k)  # _tensor's key path
                 tm = self.memo.get(tpath)
                 if j >= len(entries) or entries[j].tensor is not x or tm is None or \
                         tm[1] != entries[j].name:

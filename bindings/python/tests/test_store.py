@@ -207,6 +207,21 @@ def test_memo():
         if got[:2] != want[:2]:
             return f"{what}: the memo's encode differs from a fresh one"
         memo = got[2]
+    # A flat dict of tensors at the root (key path "") is written again too.
+    flat = {"a": torch.ones(3), "b": torch.arange(2), "n": 5}
+    memo = encoded(flat)[2]
+    replayed.clear()
+    Flattener._replay_dict = replaying
+    try:
+        again = encoded(flat, memo)
+    finally:
+        Flattener._replay_dict = orig_replay
+    if replayed != [""] or again[:2] != encoded(flat)[:2]:
+        return f"a flat dict at the root: written again {replayed}, as a fresh encode " \
+               f"{again[:2] == encoded(flat)[:2]}"
+    flat["a"] = torch.ones(4)
+    if encoded(flat, again[2])[:2] != encoded(flat)[:2]:
+        return "a flat dict at the root, a tensor of another shape: not as a fresh encode"
 
 
 def test_layout_and_layers():
