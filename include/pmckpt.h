@@ -486,7 +486,8 @@ struct pmck_pipeline_opts {
  * (every GPU source but the staged one; an experiment, off by default:
  * docs/gpu.md).  A writer waiting for its copies polls (the CUDA runtime's
  * choice on a machine of many CPUs); PMCK_GPU_WAIT=block has it sleep until
- * they land instead (slower on the H100s measured: docs/gpu.md).
+ * they land instead (slower on the one H100 machine that compared them:
+ * docs/gpu.md).
  * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, PMCK_GPU_HASH or
  * PMCK_GPU_WAIT, named in the message), -ENOMEM (host memory, or device or pinned memory from
  * CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the

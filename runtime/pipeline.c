@@ -579,7 +579,8 @@ gpu_hash_mode(enum pmck_source source, int *device)
  * "spin" (the default, the CUDA runtime's own choice with one context on a
  * machine of many CPUs: each waiting writer keeps a CPU busy) or "block" (it
  * sleeps until the GPU signals, cudaEventBlockingSync).  Sleeping was slower
- * on the H100s, in training too (docs/gpu.md): kept for hosts short of CPUs.
+ * on the one H100 machine that compared them, in training too (docs/gpu.md):
+ * kept for hosts short of CPUs.
  */
 static int
 gpu_wait_flags(unsigned *flags)

@@ -158,7 +158,7 @@ class GPT(nn.Module):
 SIZES = {  # vocab, seq, d, layers, heads, batch
     "cpu": (8192, 64, 512, 7, 8, 4),       # 30.5M parameters, 256 tokens a step
     "tiny": (1024, 32, 128, 2, 4, 2),      # for trying the script out
-    # GPT-2 medium's tensors (24 blocks: 292 parameters) on a narrow width: the
+    # GPT-2 medium's tensors (24 blocks: 293 parameters) on a narrow width: the
     # Python costs of a checkpoint call, which go with the tensors, on a CPU
     "gpt2-shape": (1024, 32, 64, 24, 4, 2),
     "gpt2-medium": (50304, 1024, 1024, 24, 16, 8),
@@ -536,11 +536,11 @@ def config_suffixes(cfg):
     for x in suffixes:
         if x in SUFFIX_ENV:
             env.update(SUFFIX_ENV[x])
-        elif x[:1] == "t" and x[1:].isdigit():
+        elif x[:1] == "t" and x[1:].isdigit() and int(x[1:]) > 0:
             tt = int(x[1:])
         else:
             raise SystemExit(f"bench_train: unknown suffix :{x} of configuration {cfg} "
-                             f"(:tN, {', '.join(':' + k for k in SUFFIX_ENV)})")
+                             f"(:tN with N > 0, {', '.join(':' + k for k in SUFFIX_ENV)})")
     return cfg, tt, env
 
 
@@ -684,6 +684,8 @@ def main():
         a.torch_threads = max(1, n - 1) if n <= 4 else torch.get_num_threads()
     a.configs = [c for c in a.configs.split(",") if c]
     a.mr_configs = [c for c in a.mr_configs.split(",") if c]
+    for c in a.configs + a.mr_configs:  # a typo refused before any configuration runs
+        config_suffixes(c)
     with open("/proc/loadavg") as f:
         load0 = f.read().split()[:3]
 

@@ -69,7 +69,10 @@ TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "pmqsow_every1": "train_tput_queue_snapshot_on_wait_every_step_vs_none",
                  "pmdh_every1": "train_tput_device_hash_every_step_vs_none",
                  "pmgl_every1": "train_tput_gradlog_every_step_vs_none",
-                 "pmglqsnap_every1": "train_tput_gradlog_queue_snapshot_every_step_vs_none"}
+                 "pmglqsnap_every1": "train_tput_gradlog_queue_snapshot_every_step_vs_none",
+                 "pmglqsnap_every1:sub8": "train_tput_pmglqsnap_every1_sub8_vs_default_sub",
+                 "pmglqsnap_every1:dh": "train_tput_pmglqsnap_every1_device_hash_vs_none",
+                 "pm_every1:block": "train_tput_pm_every1_block_vs_spin"}
 
 
 def test_train_dry_run():
@@ -94,6 +97,18 @@ def test_train_dry_run():
         return f"no writers' time in pm_every1's cost line:\n{p.stdout}"
 
 
+def test_train_suffix_typo():
+    """bench_train.py refuses a configuration's unknown suffix before running any."""
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--device", "cpu",
+                        "--ranks", "0", "--steps", "2", "--warmup", "1", "--reps", "1",
+                        "--configs", "none,pm_every1:sub9"],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode == 0 or "unknown suffix :sub9 of configuration pm_every1" not in p.stderr:
+        return f"rc {p.returncode}: {p.stderr[-2000:]}"
+    if "rep 0" in p.stdout:
+        return f"a configuration ran before the typo was refused:\n{p.stdout}"
+
+
 if torch.cuda.is_available():
     T.skip("bench_gpu.py's CUDA branch up to the library's check", "a GPU is present: "
            "make bench-gpu runs it")
@@ -103,4 +118,6 @@ else:
 T.run("bench_gpu.py --device cpu: a dry run prints every ratio line", test_dry_run)
 T.run("bench_train.py --device cpu, the next GPU session's configurations: cost and ratio "
       "lines", test_train_dry_run)
+T.run("bench_train.py refuses an unknown configuration suffix before running any",
+      test_train_suffix_typo)
 T.done()
