@@ -3,7 +3,9 @@
 loads, layer-wise waits and the optimizer hook, and bad input (unsupported
 objects, too much metadata, another layout, corrupted slots and metadata):
 each a clear exception, after which the previous checkpoint still loads."""
+import collections
 import ctypes
+import enum
 import json
 import os
 import shutil
@@ -222,6 +224,25 @@ def test_memo():
     flat["a"] = torch.ones(4)
     if encoded(flat, again[2])[:2] != encoded(flat)[:2]:
         return "a flat dict at the root, a tensor of another shape: not as a fresh encode"
+    # Keys equal to a remembered one but written otherwise, and dicts that change kind.
+    class Color(enum.IntEnum):
+        A = 1
+    t1 = torch.ones(3)
+    states = [("remembered", {1: t1, "n": 5}), ("a float key (1 == 1.0)", {1.0: t1, "n": 5}),
+              ("back", {1: t1, "n": 5}), ("an IntEnum key", {Color.A: t1, "n": 5}),
+              ("back", {1: t1, "n": 5}), ("a str subclass value",
+                                           {1: t1, "n": 5, "s": type("S", (str,), {})("x")}),
+              ("the same tensor twice", {1: t1, "n": 5, "again": t1}),
+              ("back", {1: t1, "n": 5}), ("empty", {}), ("empty again", {}),
+              ("an OrderedDict now", collections.OrderedDict([(1, t1), ("n", 5)])),
+              ("nested", {"a": {1: t1, "n": 5}, "b": t1}),
+              ("nested, then a tie with a later tensor", {"a": {1: t1, "n": 5}, "b": t1})]
+    memo = None
+    for what, st in states:
+        got = encoded(st, memo)
+        if got[:2] != encoded(st)[:2]:
+            return f"{what}: the memo's encode differs from a fresh one"
+        memo = got[2]
 
 
 def test_layout_and_layers():
