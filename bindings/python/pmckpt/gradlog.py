@@ -94,6 +94,20 @@ class GradientLogHandle:
             self._base.wait()
 
 
+_ATOMS = (int, float, str, bool, type(None))
+
+
+def _group_value_copy(v):
+    """A copy of a parameter group's value as it is now: tensors cloned, numbers,
+    strings and tuples of them as they are (immutable), the rest deep-copied."""
+    tv = type(v)
+    if tv in _ATOMS or (tv is tuple and all(type(x) in _ATOMS for x in v)):
+        return v
+    if isinstance(v, torch.Tensor):
+        return v.detach().clone()
+    return copy.deepcopy(v)
+
+
 def _key(t):
     return (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
 
@@ -229,8 +243,7 @@ class GradientLog:
             self._taken = [(g, g._version if g is not None else 0) for g in grads]
             # The parameter groups as this step runs with them: the learning rate set
             # before the step (by the loop or a scheduler) is not the whole state's.
-            self._groups = [{k: v.detach().clone() if isinstance(v, torch.Tensor) else
-                             copy.deepcopy(v) for k, v in g.items() if k != "params"}
+            self._groups = [{k: _group_value_copy(v) for k, v in g.items() if k != "params"}
                             for g in opt.param_groups]
 
     def _post_step(self, opt, args, kwargs):
@@ -253,12 +266,12 @@ class GradientLog:
         """The version counters of the parameters (the optimizer's, _params()) and of
         the optimizer's state tensors: an in-place change outside optimizer.step()
         shows there (not one through .data)."""
-        opt = self.optimizer
-        out = []
+        state = self.optimizer.state
+        out = [p._version for p in params]
         for p in params:
-            out.append(p._version)
-            out.extend(v._version for v in opt.state.get(p, {}).values()
-                       if isinstance(v, torch.Tensor))
+            s = state.get(p)
+            if s:
+                out += [v._version for v in s.values() if isinstance(v, torch.Tensor)]
         return out
 
     def _pre_hook_last(self):
@@ -335,13 +348,16 @@ class GradientLog:
         optimizer's step produces, its other tensors copied; None if it cannot be."""
         opt = self.optimizer
         index = {_key(p): i for i, p in enumerate(params)}
-        opt_keys = {_key(v) for s in opt.state.values() for v in s.values()
-                    if isinstance(v, torch.Tensor)}
+        opt_tensors = [v for s in opt.state.values() for v in s.values()
+                       if isinstance(v, torch.Tensor)]
+        opt_ids = {id(v) for v in opt_tensors}
+        opt_keys = None  # their _key()s, made only if a state_dict holds other objects
         paths, found, copied = [], [None], [0]
         # numpy is optional: a state can hold its arrays only if the program imported it
         ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())
 
         def is_opt_sd(node):
+            nonlocal opt_keys
             if not (type(node) in (dict, collections.OrderedDict)
                     and node.keys() == {"state", "param_groups"}
                     and isinstance(node["state"], dict)
@@ -349,7 +365,16 @@ class GradientLog:
                 return False
             ts = [v for s in node["state"].values() if isinstance(s, dict)
                   for v in s.values() if isinstance(v, torch.Tensor)]
-            return len(ts) == len(opt_keys) and all(_key(t) in opt_keys for t in ts)
+            if len(ts) != len(opt_tensors) or len(opt_ids) != len(opt_tensors):
+                return False
+            # optimizer.state_dict() holds the optimizer's own tensors (the same
+            # objects): the same keys; another object with the same memory and
+            # layout counts too
+            if all(id(t) in opt_ids for t in ts):
+                return True
+            if opt_keys is None:
+                opt_keys = {_key(v) for v in opt_tensors}
+            return all(_key(t) in opt_keys for t in ts)
 
         def walk(node, path):
             if isinstance(node, torch.Tensor):

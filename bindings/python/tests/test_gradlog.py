@@ -573,16 +573,31 @@ def t_no_optimizer_state():
         st = job.state()
         del st["model"]["body.0.weight"]
         return st
+    def opt_state(job, how):
+        st = job.state()
+        st["optim"]["state"] = {i: {k: how(v) if isinstance(v, torch.Tensor) else v
+                                    for k, v in s.items()}
+                                for i, s in st["optim"]["state"].items()}
+        return st
     for name, fn, why in (("noopt", no_optim, "no state_dict() of the optimizer"),
-                          ("noparam", no_param, "not in the state_dict")):
+                          ("noparam", no_param, "not in the state_dict"),
+                          ("optclone", lambda job: opt_state(job, torch.clone),
+                           "no state_dict() of the optimizer")):
         kinds, _, msgs = run_loop(name, Job(), 4, state_fn=fn)
         if kinds != ["state"] * 4 or len(msgs) != 1 or why not in msgs[0]:
             return f"{name}: kinds {kinds}, warnings {msgs}"
         T.diag(msgs[0])
+    # The optimizer's state tensors as other objects over the same memory: its state still,
+    # the record replayed from the whole state
+    kinds, _, msgs = run_loop("optview", Job(), 4,
+                              state_fn=lambda job: opt_state(job, lambda v: v.view_as(v)))
+    if kinds != ["state", "record"] * 2 or msgs:
+        return f"optimizer state as views: kinds {kinds}, warnings {msgs}"
 
 
-T.run("a state_dict without the optimizer's state, or without one of its parameters: "
-      "whole states only, one warning saying why", t_no_optimizer_state)
+T.run("a state_dict without the optimizer's state, or without one of its parameters, or "
+      "with copies of its state: whole states only, one warning saying why; with views of "
+      "its state: records", t_no_optimizer_state)
 
 
 def t_damaged_record():
