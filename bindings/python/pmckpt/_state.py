@@ -156,10 +156,10 @@ class Flattener:
     once.
 
     memo: the previous encode's self.memo (a store passes its last save's).
-    A dense tensor found at the same key path with the same address, shape,
-    strides, dtype and device as then is declared as then, without the
-    checks and the naming: a training loop saves the same tensors every
-    time.  And a plain dict at the same key path with the same keys, its
+    A dense tensor found at the same key path with the same shape, strides,
+    dtype and device as then (at any address) is declared as then, without
+    the checks and the naming: a training loop saves the same tensors every
+    time, and gradients of the same shapes.  And a plain dict at the same key path with the same keys, its
     tensors declared as then that way and its other values equal ints,
     strings, bools or None (an optimizer's per-parameter state: AdamW's
     step, exp_avg and exp_avg_sq) is written as then, without walking it.
@@ -206,16 +206,18 @@ class Flattener:
             m = self._memo.get(path)
         if m is None:
             return self._new_tensor(t, numpy, path)
-        # Declared as in the memo's save if it has the same key as then (the memo
-        # holds only dense, contiguous, non-empty tensors, checked then).
+        # Declared as in the memo's save if it has the same shape, strides, dtype and
+        # device as then (the memo holds only dense, contiguous, non-empty tensors,
+        # checked then), wherever its memory is now: a gradient is new memory at
+        # each step, and its declaration the same.
         if t.requires_grad:
             t = t.detach()
         try:
             key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
         except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
             return self._new_tensor(t, numpy, path)
-        _, name, qname, code, shape, nbytes, prefix, info_json, cuda = m
-        if key != m[0] or name in self.by_name:
+        then, name, qname, code, shape, nbytes, prefix, info_json, cuda = m
+        if key[1:] != then[1:] or name in self.by_name:
             return self._new_tensor(t, numpy, path)
         alias = self._alias.get(key)
         if alias is not None:
@@ -226,7 +228,7 @@ class Flattener:
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
-        self.memo[path] = m
+        self.memo[path] = m if key[0] == then[0] else (key,) + m[1:]
         return qname
 
     def _new_tensor(self, t, numpy, path):

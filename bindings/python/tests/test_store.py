@@ -243,6 +243,19 @@ def test_memo():
         if got[:2] != encoded(st)[:2]:
             return f"{what}: the memo's encode differs from a fresh one"
         memo = got[2]
+    # A tensor at a remembered key path, of the same shape, strides and dtype but on
+    # another device (meta: no memory to save), is checked afresh and refused.
+    for st in ({"w": torch.ones(4)}, {"d": {"w": torch.ones(4)}, "n": 1}):
+        memo = encoded(st)[2]
+        inner = st.get("d", st)
+        inner["w"] = torch.empty(4, device="meta")
+        try:
+            encoded(st, memo)
+        except pmckpt.UnsupportedObjectError as e:
+            if "meta" not in str(e):
+                return f"a meta tensor at a remembered key path: {e}"
+        else:
+            return f"a meta tensor at a remembered key path was declared ({st})"
 
 
 def test_layout_and_layers():
