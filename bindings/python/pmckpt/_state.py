@@ -159,13 +159,14 @@ class Flattener:
     A dense tensor found at the same key path with the same shape, strides,
     dtype and device as then (at any address) is declared as then, without
     the checks and the naming: a training loop saves the same tensors every
-    time, and gradients of the same shapes.  And a plain dict at the same key path with the same keys, its
-    tensors declared as then that way and its other values equal ints,
+    time, and gradients of the same shapes.  And a plain dict at the same
+    key path with the same keys (of the same types), its tensors at the same
+    addresses as then and declared as then, and its other values equal ints,
     strings, bools or None (an optimizer's per-parameter state: AdamW's
-    step, exp_avg and exp_avg_sq) is written as then, without walking it.
-    A memo holds no reference to the state's objects: only their keys (the
-    addresses, shapes, ...) and text.  A memo is only read; each encode
-    makes a new self.memo."""
+    step, exp_avg and exp_avg_sq; a module's _metadata) is written as then,
+    without walking it.  A memo holds no reference to the state's tensors or
+    containers: only their keys (the addresses, shapes, ...) and text.  A
+    memo is only read; each encode makes a new self.memo."""
 
     def __init__(self, memo=None):
         self.entries = []
