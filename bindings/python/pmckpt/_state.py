@@ -132,7 +132,8 @@ def dense_permutation(t):
 
 
 def _short_name(base, taken):
-    """A store name (< PMCK_NAME_MAX bytes, unique, not the meta name) for key path `base`."""
+    """(a store name for key path `base`: < PMCK_NAME_MAX bytes, unique among `taken`,
+    not the meta name; whether it is the path's own, without a '#k' to make it unique)."""
     name = base or "_"
     if len(name.encode()) >= _lib.PMCK_NAME_MAX - 8 or name == META_NAME:
         h = hashlib.sha1(base.encode()).hexdigest()[:16]
@@ -142,7 +143,7 @@ def _short_name(base, taken):
     while cand in taken:
         cand = f"{name}#{k}"
         k += 1
-    return cand
+    return cand, k == 1
 
 
 class Flattener:
@@ -260,7 +261,7 @@ class Flattener:
             return self._alias[key]
         if devtype == "cuda" and self.cuda_device is None:
             self.cuda_device = dev
-        name = _short_name(path, self.by_name)
+        name, own = _short_name(path, self.by_name)
         info = {}
         if numpy:
             info["np"] = 1
@@ -296,7 +297,10 @@ class Flattener:
         self.entries.append(e)
         self.by_name[name] = e
         self._alias[key] = qname
-        if contiguous and numel and not numpy:
+        # Remembered only under the path's own name: two tensors whose key paths read
+        # the same ({"a/b": x, "a": {"b": y}}) are told apart by their order, which the
+        # memo (by path) does not keep, so the one named 'a/b#1' is named afresh
+        if contiguous and numel and not numpy and own:
             self.memo[path] = (key, name, qname, code, e.shape, e.nbytes, e.prefix, e.info_json,
                                devtype == "cuda")
         return qname

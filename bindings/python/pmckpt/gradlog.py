@@ -264,14 +264,23 @@ class GradientLog:
 
     def _versions(self, params):
         """The version counters of the parameters (the optimizer's, _params()) and of
-        the optimizer's state tensors: an in-place change outside optimizer.step()
-        shows there (not one through .data)."""
+        the optimizer's state tensors, with the identities of the states and their
+        tensors: an in-place change outside optimizer.step() shows there (not one
+        through .data), as does a state moved or a tensor replaced."""
         state = self.optimizer.state
-        out = [p._version for p in params]
+        out = []
+        add = out.append
         for p in params:
+            add(p._version)
             s = state.get(p)
             if s:
-                out += [v._version for v in s.values() if isinstance(v, torch.Tensor)]
+                # which state (the object: one moved to another parameter shows) and
+                # which tensors in it (one replaced at the same version shows)
+                add(id(s))
+                for v in s.values():
+                    if isinstance(v, torch.Tensor):
+                        add(v._version)
+                        add(id(v))
         return out
 
     def _pre_hook_last(self):

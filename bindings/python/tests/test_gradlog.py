@@ -421,6 +421,32 @@ T.run("a parameter group added after the whole state: the next step saved whole,
       "warning", t_add_param_group)
 
 
+def t_state_swapped():
+    """Two parameters' optimizer states swapped between the whole state and the step
+    (same shapes, and version counters that line up): the step saved whole."""
+    job = Job()
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, open_log("swapped", job) as log:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            job.train_step()
+            kinds.append(log.save(job.state(), job.step).kind)
+        job.train_step()
+        kinds.append(log.save(job.state(), job.step).kind)
+        st, a, b = job.opt.state, job.body[1].weight, job.body[1].bias
+        st[a], st[b] = st[b], st[a]
+        job.train_step()
+        kinds.append(log.save(job.state(), job.step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state", "record", "state", "state"] or \
+            not any("changed in place since the whole state" in m for m in msgs):
+        return f"kinds {kinds}, warnings {msgs}"
+
+
+T.run("two parameters' optimizer states swapped after the whole state: the next step saved "
+      "whole, with a warning", t_state_swapped)
+
+
 def t_step_none():
     """step(None) and step(closure=None), as optimizer wrappers call it: plain steps."""
     for name, fn in (("none-pos", lambda j: j.opt.step(None)),

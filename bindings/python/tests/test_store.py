@@ -236,7 +236,11 @@ def test_memo():
               ("back", {1: t1, "n": 5}), ("empty", {}), ("empty again", {}),
               ("an OrderedDict now", collections.OrderedDict([(1, t1), ("n", 5)])),
               ("nested", {"a": {1: t1, "n": 5}, "b": t1}),
-              ("nested, then a tie with a later tensor", {"a": {1: t1, "n": 5}, "b": t1})]
+              ("nested, then a tie with a later tensor", {"a": {1: t1, "n": 5}, "b": t1}),
+              ("key paths that read the same", {"a/b": torch.ones(4), "a": {"b": torch.zeros(4)}}),
+              ("the same, new tensors", {"a/b": torch.ones(4), "a": {"b": torch.zeros(4)}}),
+              ("an int and a str key", {0: torch.ones(2), "0": torch.zeros(2)}),
+              ("the same, new tensors", {0: torch.ones(2), "0": torch.zeros(2)})]
     memo = None
     for what, st in states:
         got = encoded(st, memo)
