@@ -555,6 +555,26 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 }
 
 /*
+ * An environment variable that names one of two settings: *second is 0 when
+ * `name` is unset, empty or `first` (the default), 1 when it is `second`;
+ * anything else is -EINVAL, its message saying what each value does (help).
+ */
+static int
+env_either(const char *name, const char *first, const char *second, const char *help,
+		int *is_second)
+{
+	const char *e = getenv(name);
+
+	*is_second = 0;
+	if (!e || !*e || !strcmp(e, first))
+		return 0;
+	if (strcmp(e, second))
+		return pma__err(-EINVAL, "%s=%s: %s", name, e, help);
+	*is_second = 1;
+	return 0;
+}
+
+/*
  * $PMCK_GPU_HASH: "host" (the default: the writers hash the bytes that
  * landed) or "device" (the GPU hashes the sources, gpu.h).  C keeps
  * hashing in its fused copy into the region, which reads the bytes anyway.
@@ -562,16 +582,11 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 static int
 gpu_hash_mode(enum pmck_source source, int *device)
 {
-	const char *e = getenv("PMCK_GPU_HASH");
+	int ret = env_either("PMCK_GPU_HASH", "host", "device", "'host' (the writers hash what "
+			"lands, the default) or 'device' (the GPU hashes the sources)", device);
 
-	*device = 0;
-	if (!e || !*e || !strcmp(e, "host"))
-		return 0;
-	if (strcmp(e, "device"))
-		return pma__err(-EINVAL, "PMCK_GPU_HASH=%s: 'host' (the writers hash what lands, "
-				"the default) or 'device' (the GPU hashes the sources)", e);
-	*device = source != PMCK_SOURCE_GPU_STAGED;
-	return 0;
+	*device = *device && source != PMCK_SOURCE_GPU_STAGED;
+	return ret;
 }
 
 /*
@@ -585,16 +600,12 @@ gpu_hash_mode(enum pmck_source source, int *device)
 static int
 gpu_wait_flags(unsigned *flags)
 {
-	const char *e = getenv("PMCK_GPU_WAIT");
+	int block;
+	int ret = env_either("PMCK_GPU_WAIT", "spin", "block", "'spin' (a writer polls for its "
+			"copies, the default) or 'block' (it sleeps until they land)", &block);
 
-	*flags = 0;
-	if (!e || !*e || !strcmp(e, "spin"))
-		return 0;
-	if (strcmp(e, "block"))
-		return pma__err(-EINVAL, "PMCK_GPU_WAIT=%s: 'spin' (a writer polls for its copies, "
-				"the default) or 'block' (it sleeps until they land)", e);
-	*flags = PMCK_GPU_BLOCKING_WAITS;
-	return 0;
+	*flags = block ? PMCK_GPU_BLOCKING_WAITS : 0;
+	return ret;
 }
 
 static int

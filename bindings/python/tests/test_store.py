@@ -228,7 +228,7 @@ def test_memo():
     # Keys equal to a remembered one but written otherwise, and dicts that change kind.
     class Color(enum.IntEnum):
         A = 1
-    t1 = torch.ones(3)
+    t1, t4 = torch.ones(3), torch.ones(4)
     states = [("remembered", {1: t1, "n": 5}), ("a float key (1 == 1.0)", {1.0: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("an IntEnum key", {Color.A: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("a str subclass value",
@@ -240,6 +240,8 @@ def test_memo():
               ("nested, then a tie with a later tensor", {"a": {1: t1, "n": 5}, "b": t1}),
               ("key paths that read the same", {"a/b": torch.ones(4), "a": {"b": torch.zeros(4)}}),
               ("the same, new tensors", {"a/b": torch.ones(4), "a": {"b": torch.zeros(4)}}),
+              ("two tensors", {"a": torch.ones(4), "b": torch.zeros(4)}),
+              ("now one tensor under both keys", {"a": t4, "b": t4}),
               ("an int and a str key", {0: torch.ones(2), "0": torch.zeros(2)}),
               ("the same, new tensors", {0: torch.ones(2), "0": torch.zeros(2)})]
     memo = None
