@@ -160,14 +160,17 @@ class Flattener:
     A dense tensor found at the same key path with the same shape, strides,
     dtype and device as then (at any address) is declared as then, without
     the checks and the naming: a training loop saves the same tensors every
-    time, and gradients of the same shapes.  And a plain dict at the same
-    key path with the same keys (of the same types), its tensors at the same
-    addresses as then and declared as then, and its other values equal ints,
-    strings, bools or None (an optimizer's per-parameter state: AdamW's
-    step, exp_avg and exp_avg_sq; a module's _metadata) is written as then,
-    without walking it.  A memo holds no reference to the state's tensors or
-    containers: only their keys (the addresses, shapes, ...) and text.  A
-    memo is only read; each encode makes a new self.memo."""
+    time, and gradients of the same shapes.  And a dict (or an OrderedDict)
+    at the same key path, of the same type, with the same keys (of the same
+    types), its tensors at the same addresses as then and declared as then,
+    its other values equal ints, strings, bools or None, or dicts that pass
+    the same checks, and so its _metadata, is written as then without
+    walking it: a module's state_dict() (tensors, and a _metadata of the
+    modules' dicts) and an optimizer's state (AdamW: a dict per parameter of
+    step, exp_avg and exp_avg_sq) each as one.  A memo holds no reference to
+    the state's tensors or containers: only their keys (the addresses,
+    shapes, ...) and text.  A memo is only read; each encode makes a new
+    self.memo."""
 
     def __init__(self, memo=None):
         self.entries = []
@@ -177,11 +180,13 @@ class Flattener:
         #              on CUDA?)
         self.memo = {}
         self._memo = memo or {}
-        # key path -> (keys, their types, each value's kind, JSON text, its tensors) of
-        # the plain dicts that can be written again as they were (_remember_dict,
-        # _replay_dict)
+        # key path -> the memo of the dict there, if it can be written again as it was
+        # (_remember_dict, _replay_dict)
         self._dicts = self.memo[_DICTS] = {}
         self._dicts_then = self._memo.get(_DICTS) or {}
+        # id -> memo (or None: not rememberable) of each dict written in this encode
+        # (_remember_dict of the dict that holds it)
+        self._written = {}
         self._alias = {}
         self._path = []
         self._np = None
@@ -348,7 +353,8 @@ class Flattener:
 
     def _dict(self, v):
         path, out, enc = self._path, self._out, self._enc
-        plain = type(v) is dict
+        tp = type(v)
+        plain = tp is dict or tp is collections.OrderedDict
         if plain:
             where = "/".join(path)
             m = self._dicts_then.get(where)
@@ -386,66 +392,128 @@ class Flattener:
             path.pop()
         out.append("}")
         if plain:
-            self._remember_dict(v, where, start, first)
+            self._written[id(v)] = self._remember_dict(v, where, start, first, md)
 
-    def _remember_dict(self, v, where, start, first):
-        """Remembers plain dict v, just written from out[start:] with the entries from
-        `first` on, for the next encode's _replay_dict: if its keys are strings or
-        ints, and its values are ints, strings, bools, None, or tensors that each
-        became a new entry remembered in self.memo (dense, contiguous, not seen
-        before in this encode, not requiring grad)."""
-        entries = self.entries
-        kinds, tensors, j = [], [], first
+    def _remember_dict(self, v, where, start, first, md):
+        """The memo of dict v (a dict or an OrderedDict, with its _metadata md), just
+        written from out[start:] with the entries from `first` on, for the next
+        encode's _replay_dict; or None if v cannot be written again as it is: its
+        keys must be strings or ints, and its values ints, strings, bools, None,
+        tensors that each became a new entry remembered in self.memo (dense,
+        contiguous, not seen before in this encode, not requiring grad), or dicts
+        remembered in this encode (an optimizer's state: one dict per parameter; a
+        module's _metadata), and so must md be if it is a dict.
+
+        A memo: (v's type, its keys, their types, the non-tensor values as
+        ((position, type, value), ...), the tensors and dicts in order as
+        ((position, tensor memo, key path, None) or (position, None, None, dict
+        memo), ...), md's memo (or None: md is not a dict), the text, the number
+        of tensors under v, and every (key path, memo) of the dicts and of the
+        tensors under v (not v's own), for the next memo, and v's key path)."""
+        entries, written = self.entries, self._written
+        atoms, slots, j = [], [], first
+        dicts, tensor_memos = [], []
         for pos, (k, x) in enumerate(v.items()):
             tk, tx = type(k), type(x)
             if tk is not str and tk is not int:
-                return
+                return None
             if tx is torch.Tensor or tx is torch.nn.Parameter:
                 tpath = f"{where}/{k}" if where else str(k)  # _tensor's key path
                 tm = self.memo.get(tpath)
                 if j >= len(entries) or entries[j].tensor is not x or tm is None or \
                         tm[1] != entries[j].name:
-                    return  # an alias of an earlier tensor, or not remembered
-                tensors.append((pos, tm, tpath))
-                kinds.append(None)
+                    return None  # an alias of an earlier tensor, or not remembered
+                slots.append((pos, tm, tpath, None))
+                tensor_memos.append((tpath, tm))
                 j += 1
             elif tx is int or tx is str or tx is bool or x is None:
-                kinds.append((tx, x))
+                atoms.append((pos, tx, x))
+            elif tx is dict or tx is collections.OrderedDict:
+                cm = written.get(id(x))
+                if cm is None or cm[10] != (f"{where}/{k}" if where else str(k)):
+                    return None  # not remembered (here, at this key path)
+                slots.append((pos, None, None, cm))
+                j += cm[7]
+                dicts += cm[8]
+                dicts.append((cm[10], cm))
+                tensor_memos += cm[9]
             else:
-                return  # floats (-0.0 == 0.0), containers, everything else: walked each time
-        if j == len(entries):
-            keys = tuple(v)
-            self._dicts[where] = (keys, tuple(map(type, keys)), tuple(kinds),
-                                  "".join(self._out[start:]), tuple(tensors))
+                return None  # floats (-0.0 == 0.0), lists, everything else: walked each time
+        mm = None
+        if isinstance(md, dict):
+            mm = written.get(id(md))
+            if type(md) not in (dict, collections.OrderedDict) or mm is None or \
+                    mm[10] != (f"{where}/_metadata" if where else "_metadata"):
+                return None
+            j += mm[7]
+            dicts += mm[8]
+            dicts.append((mm[10], mm))
+            tensor_memos += mm[9]
+        if j != len(entries):
+            return None
+        keys = tuple(v)
+        m = (type(v), keys, tuple(map(type, keys)), tuple(atoms), tuple(slots), mm,
+             "".join(self._out[start:]), j - first, tuple(dicts), tuple(tensor_memos), where)
+        self._dicts[where] = m
+        return m
 
     def _replay_dict(self, v, where, m):
-        """Writes plain dict v as the last encode wrote the one at its key path
-        `where` (memo m of _remember_dict), if it has the same keys in the same
-        order, equal non-tensor values, and tensors each declared as then (the
-        checks of _tensor's memo path); returns whether it did (else nothing
+        """Writes dict v as the last encode wrote the one at its key path `where`
+        (memo m of _remember_dict), if it is of the same type, has the same keys in
+        the same order, equal non-tensor values, tensors each declared as then
+        (the checks of _tensor's memo path), dicts that can each be written again
+        as then, and so has its _metadata; returns whether it did (else nothing
         was written)."""
-        keys, key_types, kinds, text, tensors = m
+        found = []
+        if not self._check_dict(v, m, found):
+            return False
+        # Every tensor is checked before any is declared, and (on the hot path: the
+        # ~1170 tensors of an AdamW state a save, most under two dicts) without a call
+        # per tensor.
+        by_name, alias = self.by_name, self._alias
+        entries = self.entries
+        cuda = self.cuda_device is None
+        for t, key, tm in found:
+            _, name, qname, code, shape, nbytes, prefix, info_json, on_cuda = tm
+            if on_cuda and cuda:
+                self.cuda_device, cuda = key[4], False
+            e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
+            entries.append(e)
+            by_name[name] = e
+            alias[key] = qname
+        self.memo.update(m[9])
+        self._dicts.update(m[8])
+        self._dicts[where] = m
+        self._written[id(v)] = m
+        self._out.append(m[6])
+        return True
+
+    def _check_dict(self, v, m, found):
+        """Whether dict v can be written as memo m says (see _replay_dict); appends
+        (tensor, its key, its memo) for each of its tensors, and those of the dicts
+        under it, in order, to `found`."""
+        tp, keys, key_types, atoms, slots, mm = m[:6]
+        if type(v) is not tp:
+            return False
         now = tuple(v)
         # equal keys of other types (True == 1 == 1.0) are written otherwise
         if now != keys or tuple(map(type, now)) != key_types:
             return False
-        values = list(v.values())
-        for x, kind in zip(values, kinds):
-            if kind is None:
-                tx = type(x)
-                if tx is not torch.Tensor and tx is not torch.nn.Parameter:
-                    return False
-            elif type(x) is not kind[0] or x != kind[1]:
+        values = tuple(v.values())
+        for pos, tx, x in atoms:
+            y = values[pos]
+            if type(y) is not tx or y != x:
                 return False
-        # _tensor's memo path, written out: every tensor is checked before any is
-        # declared, and (on the hot path: ~900 tensors of an AdamW state a save) without
-        # a call per tensor.  Stricter than it: the same addresses as then, so that no
-        # two of v's tensors are one (a tie) without a set to see it.
         by_name, alias = self.by_name, self._alias
-        found = []
-        for pos, tm, tpath in tensors:
+        strided, plain, param = torch.strided, torch.Tensor, torch.nn.Parameter
+        for pos, tm, _, cm in slots:
             t = values[pos]
-            if t.layout is not torch.strided:
+            if tm is None:
+                if not self._check_dict(t, cm, found):
+                    return False
+                continue
+            tt = type(t)
+            if (tt is not plain and tt is not param) or t.layout is not strided:
                 return False
             if t.requires_grad:
                 t = t.detach()  # as _tensor declares it
@@ -453,21 +521,17 @@ class Flattener:
                 key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
             except RuntimeError:  # no storage, no strides (nested)
                 return False
+            # Stricter than _tensor: the same addresses as then, so that no two of the
+            # tensors here are one (a tie) without a set to see it: they were distinct
+            # new entries then.
             if key != tm[0] or tm[1] in by_name or key in alias:
                 return False
-            found.append((t, key, tm, tpath))
-        for t, key, tm, tpath in found:
-            _, name, qname, code, shape, nbytes, prefix, info_json, cuda = tm
-            if cuda and self.cuda_device is None:
-                self.cuda_device = key[4]
-            e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
-            self.entries.append(e)
-            by_name[name] = e
-            alias[key] = qname
-            self.memo[tpath] = tm
-        self._out.append(text)
-        self._dicts[where] = m
-        return True
+            found.append((t, key, tm))
+        if mm is None:
+            # v's _metadata was not a dict then (a plain dict has none)
+            return tp is dict or not isinstance(getattr(v, "_metadata", None), dict)
+        md = getattr(v, "_metadata", None)
+        return isinstance(md, dict) and self._check_dict(md, mm, found)
 
     def _seq(self, v):
         """A JSON array of v's items."""

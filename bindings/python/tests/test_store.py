@@ -149,13 +149,45 @@ def test_memo():
     # Not remembered: empty, non-contiguous, numpy, and views seen again (the tie).
     if fresh[0] > 8:
         return f"{fresh[0]} of {len(rows)} tensors declared afresh with the memo"
-    # Written again as they were: the optimizer's per-parameter dicts (tensors only), the
-    # model's _metadata dicts, and the plain dict without a float; not the one with a
-    # float (-0.0 == 0.0), nor dicts holding containers (optim, optim/state, the top).
-    want = {f"optim/state/{i}" for i in sd["optim"]["state"]} | {"plain_nofloat"}
-    if not want <= set(replayed) or "plain" in replayed or "optim/state" in replayed or \
-            not any(w.startswith("model/_metadata/") for w in replayed):
+    # Written again as they were, each as one: the model's state_dict (an OrderedDict of
+    # tensors, its _metadata an OrderedDict of the modules' dicts), the optimizer's state
+    # (its per-parameter dicts of tensors), and the plain dict without a float; not the
+    # one with a float (-0.0 == 0.0), nor dicts holding lists (optim: its param_groups)
+    # or those (the top).
+    if sorted(replayed) != ["model", "optim/state", "plain_nofloat"]:
         return f"dicts written again: {sorted(replayed)}"
+    # A dict written again as one hands on the memos of what it holds: when one of the
+    # optimizer's per-parameter dicts changes, the others are written again each, and
+    # the changed one's tensors are declared through the memo.
+    st_of = sd["optim"]["state"]
+    st_of[0]["extra"] = 5
+    fresh[0], replayed[:] = 0, []
+    Flattener._new_tensor, Flattener._replay_dict = counting, replaying
+    try:
+        changed = encoded(sd, again[2])
+    finally:
+        Flattener._new_tensor, Flattener._replay_dict = orig, orig_replay
+    same = changed[:2] == encoded(sd)[:2]
+    del st_of[0]["extra"]
+    if not same:
+        return "after one optimizer state dict changed: not as a fresh encode"
+    want = {f"optim/state/{i}" for i in st_of if i != 0}
+    if not want <= set(replayed) or "optim/state/0" in replayed or fresh[0] > 8:
+        return (f"after one optimizer state dict changed: {sorted(replayed)} written again, "
+                f"{fresh[0]} tensors declared afresh")
+    # A module's _metadata holding tensors: its dict is written again as one too (with the
+    # dict at the top that holds it).
+    md_state = collections.OrderedDict(w=torch.ones(3))
+    md_state._metadata = {"": {"version": 1}, "t": torch.zeros(2)}
+    first = encoded({"m": md_state})
+    replayed[:] = []
+    Flattener._replay_dict = replaying
+    try:
+        second = encoded({"m": md_state}, first[2])
+    finally:
+        Flattener._replay_dict = orig_replay
+    if replayed != [""] or second[:2] != first[:2]:
+        return f"an OrderedDict whose _metadata holds a tensor: written again {replayed}"
     m, t = sd["model"], sd["tensors"]
     w = m["0.weight"]
     st0, st1, st2, st4 = (sd["optim"]["state"][i] for i in (0, 1, 2, 4))
@@ -202,6 +234,28 @@ def test_memo():
             {"torch.int32": t["torch.float32"].view(torch.int32)}),
         "a requires_grad parameter": lambda: m.update({"1.weight": torch.nn.Parameter(
             torch.randn(4, 4))}),
+        # the dicts written again as one (the model, the optimizer's state)
+        "a module's _metadata version": lambda: m._metadata["0"].update({"version": 2}),
+        "that version now a bool (1 == True)": lambda: m._metadata["0"].update(
+            {"version": True}),
+        "a module's _metadata entry removed": lambda: m._metadata.pop("0"),
+        "the model's _metadata not a dict": lambda: setattr(m, "_metadata", "none"),
+        "the model's _metadata a dict again, with a tensor": lambda: setattr(
+            m, "_metadata", {"a": {"version": 1}, "t": torch.ones(2)}),
+        "the model's _metadata removed": lambda: delattr(m, "_metadata"),
+        "the model now a plain dict": lambda: sd.update({"model": dict(sd["model"])}),
+        "an OrderedDict again": lambda: sd.update(
+            {"model": collections.OrderedDict(sd["model"])}),
+        "an optimizer state dict replaced by an equal one": lambda: sd["optim"]["state"].update(
+            {3: dict(sd["optim"]["state"][3])}),
+        "an optimizer state dict now an OrderedDict": lambda: sd["optim"]["state"].update(
+            {3: collections.OrderedDict(sd["optim"]["state"][3])}),
+        "an optimizer state dict with a float": lambda: sd["optim"]["state"][3].update(
+            {"f": 0.5}),
+        "the same optimizer state dict twice": lambda: sd["optim"]["state"].update(
+            {5: sd["optim"]["state"][4]}),
+        "the optimizer's state keys reordered": lambda: sd["optim"].update({"state": dict(
+            reversed(list(sd["optim"]["state"].items())))}),
     }
     for what, change in changes.items():
         change()
@@ -280,15 +334,33 @@ def test_memo_fuzz():
             return t.clone() if rng.random() < 0.5 else t
         return rng.choice([1, True, "x", None, 2, 1.0])
 
+    def kind(items, depth):
+        """A dict, or an OrderedDict with (or without) a _metadata of dicts, as
+        a module's state_dict() has."""
+        if rng.random() < 0.6:
+            return dict(items)
+        out = collections.OrderedDict(items)
+        if rng.random() < 0.7:
+            out._metadata = tree(depth + 1) if rng.random() < 0.3 else collections.OrderedDict(
+                (rng.choice(keys), {"version": rng.choice([1, 2, True])})
+                for _ in range(rng.randint(0, 3)))
+        return out
+
     def tree(depth=0):
-        return {rng.choice(keys): tree(depth + 1) if depth < 2 and rng.random() < 0.35
-                else leaf() for _ in range(rng.randint(0, 4))}
+        return kind([(rng.choice(keys), tree(depth + 1) if depth < 2 and rng.random() < 0.35
+                      else leaf()) for _ in range(rng.randint(0, 4))], depth)
 
     def mutate(t, depth=0):
-        out = {k: mutate(v, depth + 1) if isinstance(v, dict) else
-               leaf() if rng.random() < 0.3 else v for k, v in t.items()}
+        items = [(k, mutate(v, depth + 1) if isinstance(v, dict) else
+                  leaf() if rng.random() < 0.3 else v) for k, v in t.items()]
         if rng.random() < 0.2 and depth < 2:
-            out[rng.choice(keys)] = leaf()
+            items.append((rng.choice(keys), leaf()))
+        if rng.random() < 0.1:
+            return kind(items, depth)  # another kind of dict, another _metadata
+        out = type(t)(items)
+        md = getattr(t, "_metadata", None)
+        if md is not None:
+            out._metadata = mutate(md, depth + 1) if rng.random() < 0.3 else md
         return out
     for i in range(2000):
         st, memo = tree(), None
