@@ -18,7 +18,7 @@ import torch
 
 from . import _lib
 from ._lib import lib, check
-from ._state import (FORMAT, Flattener, Layout, assign_entry_layers, blob_capacity, make_blob,
+from ._state import (FORMAT, Flattener, Layout, entry_layers, blob_capacity, make_blob,
                      module_prefix)
 from .errors import Error, MetadataTooLargeError, error_for
 
@@ -196,7 +196,7 @@ class SaveHandle:
     only for what is asked, wait() for the whole checkpoint (committed and
     durable in the store's slot), raising the failure if there was one."""
 
-    def __init__(self, store, step, entries, keep, skipped=False):
+    def __init__(self, store, step, prep, keep, skipped=False):
         self.step = step
         self.skipped = skipped
         self._store = store
@@ -207,13 +207,14 @@ class SaveHandle:
         self._gpu = (False, 0)  # (written by the GPU path, its device)
         # Built on every save_async, on the training thread: only what the hooks use
         # (wait_for) is built here; the names for wait_layer when it is first called.
-        self._names = [(e.name, e.layer) for e in entries]
+        self._entries, self._entry_layers = prep.entries, prep.layers
         self._layer_of = None  # tensor name or module prefix -> its layers
-        self._ptr_layer = {}  # data_ptr of a tensor written in place -> its layer
-        for e in entries:
-            if e.zero_copy and e.nbytes:
-                self._ptr_layer.setdefault(e.tensor.data_ptr(), e.layer)
-        self._layers = {layer for _, layer in self._names}
+        # data_ptr of a tensor written in place -> its layer (the first one's, if two)
+        staged = prep.staged
+        ptrs = [(t.data_ptr(), layer) for e, t, layer in zip(prep.entries, prep.tensors,
+                                                            prep.layers)
+                if e.zero_copy and e.nbytes and not (staged and t.is_cuda)]
+        self._ptr_layer = dict(reversed(ptrs))
         self._queued = None  # on_busy='queue': its _PendingSave until it has begun
 
     @property
@@ -264,10 +265,10 @@ class SaveHandle:
         ("model/fc1.weight"), a module prefix ("model/fc1") or a layer number."""
         if self._layer_of is None:
             self._layer_of = {}
-            for n, layer in self._names:
-                self._layer_of.setdefault(n, set()).add(layer)
-                self._layer_of.setdefault(module_prefix(n), set()).add(layer)
-        if isinstance(name, int) and name in self._layers:
+            for e, layer in zip(self._entries, self._entry_layers):
+                self._layer_of.setdefault(e.name, set()).add(layer)
+                self._layer_of.setdefault(module_prefix(e.name), set()).add(layer)
+        if isinstance(name, int) and name in self._entry_layers:
             layers = [name]
         elif isinstance(name, str) and name in self._layer_of:
             layers = self._layer_of[name]
@@ -353,8 +354,12 @@ class _PendingSave:
 class _Prepared:
     """A state_dict turned into store tensors and a metadata document, checked."""
 
-    def __init__(self, entries, doc, binary=b"", extra_capacity=0):
-        self.entries = entries
+    def __init__(self, fl, layers, doc, binary=b"", extra_capacity=0):
+        self.entries = fl.entries  # the store tensors' Entries, in order
+        self.tensors = fl.tensors  # each one's tensor, the caller's
+        self.sources = fl.srcs  # each one's source (Flattener.srcs)
+        self.staged = fl.staged  # CUDA tensors' sources are host copies (stage_cuda)
+        self.layers = layers  # each one's layer (entry_layers)
         self.doc = doc
         self.binary = binary
         self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
@@ -385,15 +390,46 @@ class _Pipeline:
         self._memo = fl.memo  # the next save's fast path (Flattener's memo)
         # Layers now, not at the begin: a queued save's handle (on_busy='queue') maps
         # each source to its layer for the hooks before the checkpoint begins.
-        assign_entry_layers(fl.entries)
+        layers = self._layers_of(fl.entries)
         gpu_path = fl.cuda_device is not None and self._gpu_path(fl.cuda_device)
         if fl.cuda_device is not None and not gpu_path:
             fl.stage_cuda()
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
                "tree": tree, "tensors": fl.tensors_json()}
-        prep = _Prepared(fl.entries, doc, extra_capacity=extra_capacity)
+        prep = _Prepared(fl, layers, doc, extra_capacity=extra_capacity)
         prep.gpu = fl.cuda_device if gpu_path else None  # the device the GPU path writes from
         return prep
+
+    # The plan of the last save (self._plan): what follows from its Entries alone, made
+    # again only when they are not the same Entries in the same order (a Flattener memo
+    # hands the same Entry objects to every save of an unchanged state):
+    # (entries, their layers, their Layout or None until made, the sorted layer numbers).
+
+    def _layers_of(self, entries):
+        """entry_layers(entries), the last save's list if the entries are the same."""
+        plan = self._plan
+        if plan is not None and plan[0] == entries:  # Entry objects: compared by identity
+            return plan[1]
+        layers = entry_layers(entries)
+        self._plan = (entries, layers, None, sorted(set(layers)))
+        return layers
+
+    def _layout_of(self, prep, capacity):
+        """Layout.of(prep's entries, layers, capacity), the last save's if the same."""
+        plan = self._plan
+        ours = plan is not None and plan[1] is prep.layers
+        if ours and plan[2] is not None and plan[2].capacity() == capacity:
+            return plan[2]
+        layout = Layout.of(prep.entries, prep.layers, capacity)
+        if ours:
+            self._plan = plan[:2] + (layout,) + plan[3:]
+        return layout
+
+    def _layer_numbers(self, prep):
+        """The sorted layer numbers of prep's entries."""
+        plan = self._plan
+        return plan[3] if plan is not None and plan[1] is prep.layers else \
+            sorted(set(prep.layers))
 
     def _gpu_path(self, dev):
         """Whether the direct GPU path serves CUDA device `dev`.  If not, CUDA
@@ -413,7 +449,7 @@ class _Pipeline:
         """Fixes what the checkpoint reads (prep.srcs): the entries' tensors, and for
         the GPU path their host tensors moved to the device now (_pack_host: their
         values as of this call)."""
-        srcs = [e.src for e in prep.entries]
+        srcs = prep.sources
         if prep.gpu is not None:
             srcs, prep.packed = _pack_host(srcs, prep.gpu)
         prep.srcs = srcs
@@ -440,9 +476,9 @@ class _Pipeline:
                     self._layout = self._store_layout()
             # The store's capacity once it has one (a layout never changes), else the
             # capacity a first save fixes.
-            layout = Layout.of(prep.entries, self._layout.capacity() if self._layout else
-                               blob_capacity(len(blob) + prep.extra_capacity,
-                                             self.meta_capacity))
+            layout = self._layout_of(prep, self._layout.capacity() if self._layout else
+                                     blob_capacity(len(blob) + prep.extra_capacity,
+                                                   self.meta_capacity))
             if len(blob) + prep.extra_capacity > layout.capacity():
                 # DCP's commit writes its Metadata there too: its room counts (dcp.py)
                 dcp_room = (f", and DCP's metadata {prep.extra_capacity} more"
@@ -454,7 +490,6 @@ class _Pipeline:
                     "meta_capacity= to a new store, or keep large values in tensors)")
             self._open_write(layout)
             self._ensure_global()
-            entries = prep.entries
             lap("begin")
             if prep.srcs is None:
                 self._capture(prep)
@@ -477,7 +512,7 @@ class _Pipeline:
             rc = lib.pmck_pipeline_begin(self._pipe, step)
             if rc == _lib.PMCK_SKIPPED:
                 if handle is None:
-                    return SaveHandle(self, step, entries, None, skipped=True)
+                    return SaveHandle(self, step, prep, None, skipped=True)
                 handle.skipped = handle._done = True
                 return handle
             self._check_global(rc, f"checkpoint of step {step}")
@@ -486,7 +521,7 @@ class _Pipeline:
             n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
             arr = (c_void_p * n)(*[s.data_ptr() if s.numel() else None for s in srcs])
             keep.append(arr)
-            h = handle or SaveHandle(self, step, entries, None)
+            h = handle or SaveHandle(self, step, prep, None)
             h._keep = keep
             h._meta_index = n - 1
             h._arr = arr
@@ -494,7 +529,7 @@ class _Pipeline:
             h._capacity = layout.capacity()
             self._inflight = h
             lap("begin")
-            rc = _put_layers(self._pipe, sorted({e.layer for e in entries}), arr, stream)
+            rc = _put_layers(self._pipe, self._layer_numbers(prep), arr, stream)
             lap("put")
             if rc < 0:
                 self._abandon(h)
@@ -530,7 +565,7 @@ class _Pipeline:
                 if prep.gpu is not None:
                     ready = torch.cuda.Event()
                     ready.record(torch.cuda.current_stream(prep.gpu))
-                h = SaveHandle(self, step, prep.entries, None)
+                h = SaveHandle(self, step, prep, None)
                 pending = self._mark_pending(f"queued save_async of step {step}")
                 h._queued = pending
                 q = self._queued = _QueuedSave(prep, h, pending, ready)

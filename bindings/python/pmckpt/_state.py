@@ -95,31 +95,31 @@ def assign_layers(names):
     return layers_of(module_prefix(n) for n in names)
 
 
-def assign_entry_layers(entries):
-    """Sets each entry's layer (assign_layers of their names, from the prefixes
-    the entries have already)."""
-    for e, layer in zip(entries, layers_of([e.prefix for e in entries])):
-        e.layer = layer
+def entry_layers(entries):
+    """Each entry's layer (assign_layers of their names, from their prefixes)."""
+    return layers_of([e.prefix for e in entries])
 
 
 class Entry:
-    """One store tensor: where its bytes come from and how it is declared."""
-    __slots__ = ("name", "tensor", "src", "code", "shape", "layer", "nbytes", "zero_copy",
-                 "prefix", "info_json")
+    """How one store tensor is declared: its name, store dtype and shape.  Not
+    changed once made, so that a Flattener memo hands the same Entry to the
+    next encode of an unchanged tensor (no object made per tensor and save);
+    the tensor itself, and where its bytes come from, are the Flattener's
+    (tensors, srcs: one of each per entry)."""
+    __slots__ = ("name", "qname", "code", "shape", "nbytes", "zero_copy", "prefix",
+                 "info_json")
 
-    def __init__(self, name, tensor, src, code, shape, zero_copy, nbytes, prefix, info_json):
+    def __init__(self, name, qname, code, shape, nbytes, zero_copy, prefix, info_json):
         self.name = name
-        self.tensor = tensor      # the caller's tensor (for waits on its memory)
-        self.src = src            # a tensor whose memory holds the bytes, dense, in store order
+        self.qname = qname        # the name as a JSON string literal
         self.code = code          # pmck dtype
         self.shape = shape        # store shape (a tuple)
-        self.nbytes = nbytes      # src's
-        self.zero_copy = zero_copy
+        self.nbytes = nbytes      # its bytes in the store
+        self.zero_copy = zero_copy  # written from the tensor's own memory (not a copy)
         self.prefix = prefix      # module_prefix(name): its layer's key
         # '"name":{...}' (JSON text): what the tree needs beyond dtype and shape (the
         # device, strides, raw dtype, numpy), or None when nothing
         self.info_json = info_json
-        self.layer = 0
 
 
 def dense_permutation(t):
@@ -174,10 +174,12 @@ class Flattener:
 
     def __init__(self, memo=None):
         self.entries = []
+        self.tensors = []  # each entry's tensor, the caller's (for waits on its memory)
+        self.srcs = []  # each entry's source: a tensor whose memory holds the bytes, dense
+        self.staged = False  # stage_cuda() made host copies of the CUDA tensors
         self.by_name = {}
         self.cuda_device = None  # the device of the first CUDA tensor met, if any
-        # key path -> (key, name, its JSON literal, code, shape, nbytes, prefix, info_json,
-        #              on CUDA?)
+        # key path -> (key, Entry, on CUDA?) of the tensors there
         self.memo = {}
         self._memo = memo or {}
         # key path -> the memo of the dict there, if it can be written again as it was
@@ -195,12 +197,14 @@ class Flattener:
         return "/".join(self._path) or "<root>"
 
     def stage_cuda(self):
-        """Points the entries of CUDA tensors at host copies of them (made now):
-        for a library without the GPU path."""
-        for e in self.entries:
-            if e.src.device.type == "cuda":
-                e.src = e.src.to("cpu")
-                e.zero_copy = False
+        """Points the sources of CUDA tensors at host copies of them (made now):
+        for a library without the GPU path.  They are no longer zero copy
+        (self.staged)."""
+        srcs = self.srcs
+        for i, src in enumerate(srcs):
+            if src.device.type == "cuda":
+                srcs[i] = src.to("cpu")
+                self.staged = True
 
     def _tensor(self, t, numpy=False):
         """Declares tensor t (once: a view of the same bytes again is the same
@@ -223,20 +227,21 @@ class Flattener:
             key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
         except RuntimeError:  # no storage, no strides (nested): _new_tensor says why
             return self._new_tensor(t, numpy, path)
-        then, name, qname, code, shape, nbytes, prefix, info_json, cuda = m
-        if key[1:] != then[1:] or name in self.by_name:
+        then, e, cuda = m
+        if key[1:] != then[1:] or e.name in self.by_name:
             return self._new_tensor(t, numpy, path)
         alias = self._alias.get(key)
         if alias is not None:
             return alias
         if cuda and self.cuda_device is None:
             self.cuda_device = key[4]
-        e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
         self.entries.append(e)
-        self.by_name[name] = e
-        self._alias[key] = qname
-        self.memo[path] = m if key[0] == then[0] else (key,) + m[1:]
-        return qname
+        self.tensors.append(t)
+        self.srcs.append(t)
+        self.by_name[e.name] = e
+        self._alias[key] = e.qname
+        self.memo[path] = m if key[0] == then[0] else (key, e, cuda)
+        return e.qname
 
     def _new_tensor(self, t, numpy, path):
         """_tensor without the memo: checked, named after its key path `path`."""
@@ -297,17 +302,18 @@ class Flattener:
             code = _lib.DT_BYTES
             shape = (src.numel() * src.element_size(),)
         qname = _quote(name)
-        e = Entry(name, t, src, code, tuple(shape), zero_copy, src.numel() * src.element_size(),
+        e = Entry(name, qname, code, tuple(shape), src.numel() * src.element_size(), zero_copy,
                   module_prefix(name), qname + ":" + _json(info) if info else None)
         self.entries.append(e)
+        self.tensors.append(t)
+        self.srcs.append(src)
         self.by_name[name] = e
         self._alias[key] = qname
         # Remembered only under the path's own name: two tensors whose key paths read
         # the same ({"a/b": x, "a": {"b": y}}) are told apart by their order, which the
         # memo (by path) does not keep, so the one named 'a/b#1' is named afresh
         if contiguous and numel and not numpy and own:
-            self.memo[path] = (key, name, qname, code, e.shape, e.nbytes, e.prefix, e.info_json,
-                               devtype == "cuda")
+            self.memo[path] = (key, e, devtype == "cuda")
         return qname
 
     def tensors_json(self):
@@ -410,7 +416,7 @@ class Flattener:
         memo), ...), md's memo (or None: md is not a dict), the text, the number
         of tensors under v, and every (key path, memo) of the dicts and of the
         tensors under v (not v's own), for the next memo, and v's key path)."""
-        entries, written = self.entries, self._written
+        entries, tensors, written = self.entries, self.tensors, self._written
         atoms, slots, j = [], [], first
         dicts, tensor_memos = [], []
         for pos, (k, x) in enumerate(v.items()):
@@ -420,8 +426,8 @@ class Flattener:
             if tx is torch.Tensor or tx is torch.nn.Parameter:
                 tpath = f"{where}/{k}" if where else str(k)  # _tensor's key path
                 tm = self.memo.get(tpath)
-                if j >= len(entries) or entries[j].tensor is not x or tm is None or \
-                        tm[1] != entries[j].name:
+                if j >= len(entries) or tensors[j] is not x or tm is None or \
+                        tm[1] is not entries[j]:
                     return None  # an alias of an earlier tensor, or not remembered
                 slots.append((pos, tm, tpath, None))
                 tensor_memos.append((tpath, tm))
@@ -471,16 +477,17 @@ class Flattener:
         # ~1170 tensors of an AdamW state a save, most under two dicts) without a call
         # per tensor.
         by_name, alias = self.by_name, self._alias
-        entries = self.entries
+        entries, tensors, srcs = self.entries, self.tensors, self.srcs
         cuda = self.cuda_device is None
         for t, key, tm in found:
-            _, name, qname, code, shape, nbytes, prefix, info_json, on_cuda = tm
+            _, e, on_cuda = tm
             if on_cuda and cuda:
                 self.cuda_device, cuda = key[4], False
-            e = Entry(name, t, t, code, shape, True, nbytes, prefix, info_json)
             entries.append(e)
-            by_name[name] = e
-            alias[key] = qname
+            tensors.append(t)
+            srcs.append(t)
+            by_name[e.name] = e
+            alias[key] = e.qname
         self.memo.update(m[9])
         self._dicts.update(m[8])
         self._dicts[where] = m
@@ -524,7 +531,7 @@ class Flattener:
             # Stricter than _tensor: the same addresses as then, so that no two of the
             # tensors here are one (a tie) without a set to see it: they were distinct
             # new entries then.
-            if key != tm[0] or tm[1] in by_name or key in alias:
+            if key != tm[0] or tm[1].name in by_name or key in alias:
                 return False
             found.append((t, key, tm))
         if mm is None:
@@ -724,10 +731,10 @@ class Layout:
         self.rows = rows  # [(name, code, shape, layer)]
 
     @classmethod
-    def of(cls, entries, capacity):
-        """The layout of entries whose layers are assigned (assign_entry_layers)."""
-        last = entries[-1].layer + 1 if entries else 0
-        rows = [(e.name, e.code, e.shape, e.layer) for e in entries]
+    def of(cls, entries, layers, capacity):
+        """The layout of entries in layers (entry_layers(entries))."""
+        last = layers[-1] + 1 if layers else 0
+        rows = [(e.name, e.code, e.shape, layer) for e, layer in zip(entries, layers)]
         rows.append((META_NAME, _lib.DT_BYTES, (capacity,), last))
         return cls(rows)
 

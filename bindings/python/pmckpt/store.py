@@ -217,6 +217,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         self._h = None
         self._layout = None
         self._memo = None  # the last save's Flattener.memo: the next one's fast path
+        self._plan = None  # the last save's plan (_Pipeline._layers_of)
         self._pipe = c_void_p()
         self._pipe_source = None
         self._copyout = c_void_p()
@@ -334,7 +335,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 # The last save's memo (only read): into= is most often the state saved.
                 fl = Flattener(self._memo)
                 fl.encode(into)
-                targets = {e.name: e.tensor for e in fl.entries}
+                targets = {e.name: t for e, t in zip(fl.entries, fl.tensors)}
             early = None
             # the newest sealed slot's tensors, from its unverified metadata: read once, if needed
             newest = functools.cache(lambda: self._newest_tensors(map_location))

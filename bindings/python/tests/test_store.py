@@ -22,7 +22,7 @@ import torch
 
 import pmckpt
 from pmckpt import _lib
-from pmckpt._state import Decoder, Flattener, assign_entry_layers
+from pmckpt._state import Decoder, Flattener, entry_layers
 from pmckpt._lib import lib
 
 import common
@@ -107,10 +107,10 @@ def encoded(st, memo=None):
     """(JSON text, the entries as tuples, the memo) of a Flattener's encode of st."""
     fl = Flattener(memo)
     text = fl.encode(st)
-    assign_entry_layers(fl.entries)
-    rows = [(e.name, e.code, e.shape, e.info_json, e.nbytes, e.zero_copy, e.layer,
-             e.tensor.data_ptr() if e.nbytes else 0, e.tensor.requires_grad)
-            for e in fl.entries]
+    rows = [(e.name, e.code, e.shape, e.info_json, e.nbytes, e.zero_copy, layer,
+             t.data_ptr() if e.nbytes else 0, t.requires_grad, src is t)
+            for e, t, src, layer in zip(fl.entries, fl.tensors, fl.srcs,
+                                        entry_layers(fl.entries))]
     return text, rows, fl.memo
 
 
