@@ -56,6 +56,9 @@ class RawJSON(str):
 
 _quote = json.encoder.encode_basestring_ascii  # a str as a JSON string literal (json.dumps's)
 _DICTS = ("dicts",)  # a Flattener memo's key for its dicts (key paths are strings)
+# The dict memo's key of the state's top dict: its key path, "", is also that of a dict
+# at key "" in it (whose tensors' paths begin with "/")
+_TOP = ("top",)
 
 
 def _json(v):
@@ -362,7 +365,10 @@ class Flattener:
         tp = type(v)
         plain = tp is dict or tp is collections.OrderedDict
         if plain:
-            where = "/".join(path)
+            # the key paths of v's items begin with `prefix`; v's memo is kept under
+            # `where` (_TOP for the state itself)
+            prefix = "/".join(path) + "/" if path else ""
+            where = prefix[:-1] if path else _TOP
             m = self._dicts_then.get(where)
             if m is not None and self._replay_dict(v, where, m):
                 return
@@ -398,12 +404,13 @@ class Flattener:
             path.pop()
         out.append("}")
         if plain:
-            self._written[id(v)] = self._remember_dict(v, where, start, first, md)
+            self._written[id(v)] = self._remember_dict(v, where, prefix, start, first, md)
 
-    def _remember_dict(self, v, where, start, first, md):
+    def _remember_dict(self, v, where, prefix, start, first, md):
         """The memo of dict v (a dict or an OrderedDict, with its _metadata md), just
         written from out[start:] with the entries from `first` on, for the next
-        encode's _replay_dict; or None if v cannot be written again as it is: its
+        encode's _replay_dict (where: its key in the memo; prefix: what its items'
+        key paths begin with); or None if v cannot be written again as it is: its
         keys must be strings or ints, and its values ints, strings, bools, None,
         tensors that each became a new entry remembered in self.memo (dense,
         contiguous, not seen before in this encode, not requiring grad), or dicts
@@ -415,7 +422,7 @@ class Flattener:
         ((position, tensor memo, key path, None) or (position, None, None, dict
         memo), ...), md's memo (or None: md is not a dict), the text, the number
         of tensors under v, and every (key path, memo) of the dicts and of the
-        tensors under v (not v's own), for the next memo, and v's key path)."""
+        tensors under v (not v's own), for the next memo, and `where`)."""
         entries, tensors, written = self.entries, self.tensors, self._written
         atoms, slots, j = [], [], first
         dicts, tensor_memos = [], []
@@ -424,7 +431,7 @@ class Flattener:
             if tk is not str and tk is not int:
                 return None
             if tx is torch.Tensor or tx is torch.nn.Parameter:
-                tpath = f"{where}/{k}" if where else str(k)  # _tensor's key path
+                tpath = prefix + str(k)  # _tensor's key path
                 tm = self.memo.get(tpath)
                 if j >= len(entries) or tensors[j] is not x or tm is None or \
                         tm[1] is not entries[j]:
@@ -436,7 +443,7 @@ class Flattener:
                 atoms.append((pos, tx, x))
             elif tx is dict or tx is collections.OrderedDict:
                 cm = written.get(id(x))
-                if cm is None or cm[10] != (f"{where}/{k}" if where else str(k)):
+                if cm is None or cm[10] != prefix + str(k):
                     return None  # not remembered (here, at this key path)
                 slots.append((pos, None, None, cm))
                 j += cm[7]
@@ -449,7 +456,7 @@ class Flattener:
         if isinstance(md, dict):
             mm = written.get(id(md))
             if type(md) not in (dict, collections.OrderedDict) or mm is None or \
-                    mm[10] != (f"{where}/_metadata" if where else "_metadata"):
+                    mm[10] != prefix + "_metadata":
                 return None
             j += mm[7]
             dicts += mm[8]
@@ -464,8 +471,8 @@ class Flattener:
         return m
 
     def _replay_dict(self, v, where, m):
-        """Writes dict v as the last encode wrote the one at its key path `where`
-        (memo m of _remember_dict), if it is of the same type, has the same keys in
+        """Writes dict v as the last encode wrote the one whose memo m (of
+        _remember_dict) it kept under `where` (v's key path, or _TOP), if it is of the same type, has the same keys in
         the same order, equal non-tensor values, tensors each declared as then
         (the checks of _tensor's memo path), dicts that can each be written again
         as then, and so has its _metadata; returns whether it did (else nothing

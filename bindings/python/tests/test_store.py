@@ -22,7 +22,7 @@ import torch
 
 import pmckpt
 from pmckpt import _lib
-from pmckpt._state import Decoder, Flattener, entry_layers
+from pmckpt._state import _TOP, Decoder, Flattener, entry_layers
 from pmckpt._lib import lib
 
 import common
@@ -186,7 +186,7 @@ def test_memo():
         second = encoded({"m": md_state}, first[2])
     finally:
         Flattener._replay_dict = orig_replay
-    if replayed != [""] or second[:2] != first[:2]:
+    if replayed != [_TOP] or second[:2] != first[:2]:
         return f"an OrderedDict whose _metadata holds a tensor: written again {replayed}"
     m, t = sd["model"], sd["tensors"]
     w = m["0.weight"]
@@ -273,7 +273,7 @@ def test_memo():
         again = encoded(flat, memo)
     finally:
         Flattener._replay_dict = orig_replay
-    if replayed != [""] or again[:2] != encoded(flat)[:2]:
+    if replayed != [_TOP] or again[:2] != encoded(flat)[:2]:
         return f"a flat dict at the root: written again {replayed}, as a fresh encode " \
                f"{again[:2] == encoded(flat)[:2]}"
     flat["a"] = torch.ones(4)
@@ -297,7 +297,12 @@ def test_memo():
               ("two tensors", {"a": torch.ones(4), "b": torch.zeros(4)}),
               ("now one tensor under both keys", {"a": t4, "b": t4}),
               ("an int and a str key", {0: torch.ones(2), "0": torch.zeros(2)}),
-              ("the same, new tensors", {0: torch.ones(2), "0": torch.zeros(2)})]
+              ("the same, new tensors", {0: torch.ones(2), "0": torch.zeros(2)}),
+              # the top dict's key path is "", and so is that of a dict at key "" in it
+              # (its tensors' paths begin with "/"): found by a review
+              ("a flat dict at the top", {"w": t1}), ("the same under key ''", {"": {"w": t1}, "x": 1}),
+              ("an int under key ''", {"": {"n": 1}, "w": t1}),
+              ("that dict one deeper", {"": {"": {"n": 1}, "w": t1}, "z": 2})]
     memo = None
     for what, st in states:
         got = encoded(st, memo)
@@ -326,7 +331,7 @@ def test_memo_fuzz():
     session failed 7 of these 2000 states, from names swapped through the memo)."""
     rng = random.Random(2)
     pool = [torch.ones(4), torch.zeros(4), torch.arange(6.0).view(2, 3), torch.ones(2)]
-    keys = ["a", "b", "a/b", 0, "0", 1, True, "a/b/c", "b/c"]
+    keys = ["a", "b", "a/b", 0, "0", 1, True, "a/b/c", "b/c", ""]
 
     def leaf():
         if rng.random() < 0.5:
