@@ -415,7 +415,7 @@ class GradientLog:
             return self._cannot(str(e))
         finally:
             # walk refers to itself (a cycle through its closure): undone here, so that
-            # the walk's objects (~2000 for GPT-2 medium's shape) are freed now, not left
+            # the walk's objects (~1500 for GPT-2 medium's shape) are freed now, not left
             # to the cyclic collector
             walk = None
         if found[0] is None:
