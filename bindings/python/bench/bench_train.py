@@ -65,7 +65,10 @@ Where the cost comes from (printed per configuration as `bench: cost ...`):
   time the loop spends in forward+backward (inflated by CPU and memory
   bandwidth shared with a writer), in optimizer.step (which includes the
   hook's wait for the checkpoint's layers; the pipeline's wait_ns counts it
-  apart) and in the checkpoint call itself.  --profile-call prints, per run
+  apart) and in the checkpoint call itself (with pmckpt, the loop's state_dict()
+  in it apart), and the cyclic garbage collector's time in the measured steps
+  (its collections, the full ones apart: wherever they fall, a call's objects
+  that outlive it set them off).  --profile-call prints, per run
   of a pmckpt configuration, cProfile's view of those calls in the measured
   steps (state_dict() and save_async), as '#' lines.
 
@@ -325,6 +328,7 @@ class PmCkpt:
         self.env = set_env(env or {})
         self.saver = self.open(a, job, name, shared, group, store_kw)
         self.call = 0.0
+        self.state_s = 0.0
         self.prof = cProfile.Profile() if a.profile_call else None
 
     def open(self, a, job, name, shared, group, store_kw):
@@ -338,9 +342,12 @@ class PmCkpt:
         t0 = time.perf_counter()
         if self.prof:
             self.prof.enable()
-        self.saver.save_async(job.state(), job.step)
+        state = job.state()
+        t1 = time.perf_counter()
+        self.saver.save_async(state, job.step)
         if self.prof:
             self.prof.disable()
+        self.state_s += t1 - t0  # the loop's state_dict() calls: the user's, in the call
         self.call += time.perf_counter() - t0
 
     def profile(self, title, lines=30):
@@ -364,6 +371,7 @@ class PmCkpt:
     def stats(self, store=None):
         s = (store or self.store).stats()
         out = {"wait_s": s.get("pipeline", {}).get("wait_ns", 0) / 1e9, "call_s": self.call,
+               "state_s": self.state_s,
                "committed": s.get("pipeline", {}).get("committed", 0),
                "skipped": s.get("pipeline", {}).get("skipped", 0),
                "snapshot_on_wait_b": s.get("pipeline", {}).get("snapshot_on_wait_bytes", 0)}
@@ -407,7 +415,7 @@ class GradLogCkpt(PmCkpt):
     def stats(self):
         out = PmCkpt.stats(self)
         for k, v in PmCkpt.stats(self, self.log.records).items():
-            if k != "call_s":
+            if k not in ("call_s", "state_s"):
                 out[k] = out.get(k, 0) + v
         out["records"] = self.log.records_saved
         return out
@@ -544,6 +552,32 @@ def config_suffixes(cfg):
     return cfg, tt, env
 
 
+class GcClock:
+    """The cyclic garbage collector's collections and their time while it is
+    installed (gc.callbacks), by generation: a checkpoint's objects that outlive
+    its call set off collections in the training loop, outside the call."""
+
+    def __init__(self):
+        self.n = [0, 0, 0]
+        self.ns = [0, 0, 0]
+        self._t = 0
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._t = time.perf_counter_ns()
+        else:
+            g = info["generation"]
+            self.n[g] += 1
+            self.ns[g] += time.perf_counter_ns() - self._t
+
+    def __enter__(self):
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self)
+
+
 def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
     label = cfg
     cfg, tt, env = config_suffixes(cfg)
@@ -567,17 +601,22 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
             torch.cuda.synchronize()
         if world > 1:
             torch.distributed.barrier(ddp_group)
+        # The setup's objects (a fresh model, its optimizer, the store) are collected
+        # now, not by a full collection that the first configuration to make objects
+        # in the measured steps would set off there
+        gc.collect()
         s0, job.t_fb, job.t_opt, job.events = ck.stats(), 0.0, 0.0, []
         if getattr(ck, "prof", None):
             ck.prof = cProfile.Profile()  # the measured steps' calls only
         c0 = thread_cpu()
         t0 = time.perf_counter()
-        for i in range(1, a.steps + 1):
-            job.train_step()
-            if ck.every and (i - ck.every // 2) % ck.every == 0:
-                ck.save(job)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        with GcClock() as gcc:
+            for i in range(1, a.steps + 1):
+                job.train_step()
+                if ck.every and (i - ck.every // 2) % ck.every == 0:
+                    ck.save(job)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         gpu = job.gpu_times() if job.events else None
         cpu = cpu_delta(c0, thread_cpu(), main)
@@ -590,7 +629,8 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         ck.close()
         restore_env(old_env)
     r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
-         "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st}
+         "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st,
+         "gc_s": sum(gcc.ns) / 1e9, "gc_full": gcc.n[2], "gc_n": sum(gcc.n)}
     if gpu:
         r["gpu_fb"], r["gpu_opt"] = gpu
     return r, job.nparams()
@@ -739,7 +779,11 @@ def main():
         if "wait_s" in rs[0]:
             parts.append(f"hook+begin wait {med(rs, 'wait_s') / steps * 1e3:.1f}")
         if "call_s" in rs[0]:
-            parts.append(f"ckpt call {med(rs, 'call_s') / steps * 1e3:.1f}")
+            parts.append(f"ckpt call {med(rs, 'call_s') / steps * 1e3:.1f}" +
+                         (f" (state_dict() {med(rs, 'state_s') / steps * 1e3:.1f})"
+                          if "state_s" in rs[0] else ""))
+        parts.append(f"gc {med(rs, 'gc_s') / steps * 1e3:.2f} ({med(rs, 'gc_n'):.0f} "
+                     f"collections, {med(rs, 'gc_full'):.0f} full, in {steps} steps)")
         parts.append(f"cpu main {med(rs, 'cpu_main') / steps * 1e3:.0f} other "
                      f"{med(rs, 'cpu_other') / steps * 1e3:.0f} pmckpt "
                      f"{med(rs, 'cpu_pmckpt') / steps * 1e3:.0f}")

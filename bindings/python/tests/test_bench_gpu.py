@@ -8,6 +8,7 @@ next GPU session runs, two steps each on the CPU."""
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -92,6 +93,12 @@ def test_train_dry_run():
             return f"no ratio line {ratio} ({cfg}):\n{p.stdout}"
     if not any("ckpt call by phase" in ln for ln in lines):
         return f"no checkpoint call split by phase:\n{p.stdout}"
+    if not any(ln.startswith("bench: cost pm_every1: ") and "(state_dict() " in ln
+               for ln in lines):
+        return f"no state_dict() time in pm_every1's cost line:\n{p.stdout}"
+    if not all(re.search(r"gc \d+\.\d+ \(\d+ collections, \d+ full, in 2 steps\)", ln)
+               for ln in lines if ln.startswith("bench: cost ")):
+        return f"a cost line without the collector's time:\n{p.stdout}"
     if not any(ln.startswith("bench: cost pm_every1: ") and "writers' ms per step" in ln
                and " busy " in ln for ln in lines):
         return f"no writers' time in pm_every1's cost line:\n{p.stdout}"
