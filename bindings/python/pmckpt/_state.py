@@ -419,8 +419,8 @@ class Flattener:
 
         A memo: (v's type, its keys, their types, the non-tensor values as
         ((position, type, value), ...), the tensors and dicts in order as
-        ((position, tensor memo, key path, None) or (position, None, None, dict
-        memo), ...), md's memo (or None: md is not a dict), the text, the number
+        ((position, tensor memo, None) or (position, None, dict memo), ...), md's
+        memo (or None: md is not a dict), the text, the number
         of tensors under v, and every (key path, memo) of the dicts and of the
         tensors under v (not v's own), for the next memo, and `where`)."""
         entries, tensors, written = self.entries, self.tensors, self._written
@@ -436,7 +436,7 @@ class Flattener:
                 if j >= len(entries) or tensors[j] is not x or tm is None or \
                         tm[1] is not entries[j]:
                     return None  # an alias of an earlier tensor, or not remembered
-                slots.append((pos, tm, tpath, None))
+                slots.append((pos, tm, None))
                 tensor_memos.append((tpath, tm))
                 j += 1
             elif tx is int or tx is str or tx is bool or x is None:
@@ -445,7 +445,7 @@ class Flattener:
                 cm = written.get(id(x))
                 if cm is None or cm[10] != prefix + str(k):
                     return None  # not remembered (here, at this key path)
-                slots.append((pos, None, None, cm))
+                slots.append((pos, None, cm))
                 j += cm[7]
                 dicts += cm[8]
                 dicts.append((cm[10], cm))
@@ -472,11 +472,11 @@ class Flattener:
 
     def _replay_dict(self, v, where, m):
         """Writes dict v as the last encode wrote the one whose memo m (of
-        _remember_dict) it kept under `where` (v's key path, or _TOP), if it is of the same type, has the same keys in
-        the same order, equal non-tensor values, tensors each declared as then
-        (the checks of _tensor's memo path), dicts that can each be written again
-        as then, and so has its _metadata; returns whether it did (else nothing
-        was written)."""
+        _remember_dict) it kept under `where` (v's key path, or _TOP), if v is
+        of the same type, has the same keys in the same order, equal non-tensor
+        values, tensors each declared as then (the checks of _tensor's memo
+        path), dicts that can each be written again as then, and so has its
+        _metadata; returns whether it did (else nothing was written)."""
         found = []
         if not self._check_dict(v, m, found):
             return False
@@ -520,7 +520,7 @@ class Flattener:
                 return False
         by_name, alias = self.by_name, self._alias
         strided, plain, param = torch.strided, torch.Tensor, torch.nn.Parameter
-        for pos, tm, _, cm in slots:
+        for pos, tm, cm in slots:
             t = values[pos]
             if tm is None:
                 if not self._check_dict(t, cm, found):
