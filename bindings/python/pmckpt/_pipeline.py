@@ -196,7 +196,7 @@ class SaveHandle:
     only for what is asked, wait() for the whole checkpoint (committed and
     durable in the store's slot), raising the failure if there was one."""
 
-    def __init__(self, store, step, prep, keep, skipped=False):
+    def __init__(self, store, step, prep, keep, skipped=False, ptrs=None):
         self.step = step
         self.skipped = skipped
         self._store = store
@@ -209,12 +209,16 @@ class SaveHandle:
         # (wait_for) is built here; the names for wait_layer when it is first called.
         self._entries, self._entry_layers = prep.entries, prep.layers
         self._layer_of = None  # tensor name or module prefix -> its layers
-        # data_ptr of a tensor written in place -> its layer (the first one's, if two)
-        staged = prep.staged
-        ptrs = [(t.data_ptr(), layer) for e, t, layer in zip(prep.entries, prep.tensors,
-                                                            prep.layers)
-                if e.zero_copy and e.nbytes and not (staged and t.is_cuda)]
-        self._ptr_layer = dict(reversed(ptrs))
+        # data_ptr of a tensor written in place -> its layer (the first one's, if two);
+        # ptrs: prep's tensors' data_ptr()s, if the caller has read them already
+        self._ptr_layer = {}
+        if not skipped:
+            if ptrs is None:
+                ptrs = [t.data_ptr() for t in prep.tensors]
+            pairs = [(p, layer) for e, p, t, layer in zip(prep.entries, ptrs, prep.tensors,
+                                                          prep.layers)
+                     if e.zero_copy and e.nbytes and not (prep.staged and t.is_cuda)]
+            self._ptr_layer = dict(reversed(pairs))
         self._queued = None  # on_busy='queue': its _PendingSave until it has begun
 
     @property
@@ -519,9 +523,14 @@ class _Pipeline:
             if prev is not None:
                 self._settle(prev)  # on_busy='skip': it ended before this begin
             n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
-            arr = (c_void_p * n)(*[s.data_ptr() if s.numel() else None for s in srcs])
+            # Each tensor's address read once, for the sources (most are the tensors
+            # themselves) and for the handle's map of the tensors the hooks wait for
+            ptrs = [t.data_ptr() for t in prep.tensors]
+            arr = (c_void_p * n)(*[(p if s is t else s.data_ptr()) if e.nbytes else None
+                                   for e, t, s, p in zip(prep.entries, prep.tensors, srcs,
+                                                         ptrs)])
             keep.append(arr)
-            h = handle or SaveHandle(self, step, prep, None)
+            h = handle or SaveHandle(self, step, prep, None, ptrs=ptrs)
             h._keep = keep
             h._meta_index = n - 1
             h._arr = arr
