@@ -55,7 +55,8 @@ class RawJSON(str):
 
 
 _quote = json.encoder.encode_basestring_ascii  # a str as a JSON string literal (json.dumps's)
-_DICTS = ("dicts",)  # a Flattener memo's key for its dicts (key paths are strings)
+_DICTS = ("dicts",)  # a Flattener memo's key for its containers (key paths are strings)
+_CONTAINERS = (dict, collections.OrderedDict, list, tuple)  # those a memo remembers
 # The dict memo's key of the state's top dict: its key path, "", is also that of a dict
 # at key "" in it (whose tensors' paths begin with "/")
 _TOP = ("top",)
@@ -149,6 +150,50 @@ def _short_name(base, taken):
     return cand, k == 1
 
 
+class _Memo:
+    """What an encode remembers of a container it wrote (a dict, an
+    OrderedDict, a list or a tuple), for the next encode to write an
+    unchanged one again without walking it (Flattener._remember,
+    Flattener._replay).  It holds keys, values that are ints, strings, bools
+    or None, the tensors' declarations and the text: no reference to the
+    state's tensors or containers."""
+    __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "leaf", "text",
+                 "entries", "names", "qnames", "cuda_device", "containers", "tensor_memos", "where")
+
+    def __init__(self, v, atoms, slots, md, text, entries, containers, tensor_memos, where):
+        self.type = type(v)
+        if isinstance(v, dict):
+            self.keys = tuple(v)
+            self.key_types = tuple(map(type, self.keys))
+        else:  # a list or a tuple: its length
+            self.keys = self.key_types = None
+        self.size = len(v)
+        # the values that are neither tensors nor containers: ((position, type, value), ...)
+        self.atoms = tuple(atoms)
+        # the tensors and containers in order: ((position, (shape, strides, dtype,
+        # device), Entry, None) or (position, None, None, the container's _Memo), ...)
+        self.slots = tuple(slots)
+        self.md = md  # the _Memo of an OrderedDict's _metadata dict, or None
+        # (values, their types) of a dict, list or tuple of atoms alone, checked as
+        # one tuple (no OrderedDict: it has a _metadata to check)
+        self.leaf = None
+        if not slots and md is None and type(v) is not collections.OrderedDict:
+            values = tuple(v.values() if isinstance(v, dict) else v)
+            self.leaf = (values, tuple(map(type, values)))
+        self.text = text
+        self.entries = entries  # every entry under v, in order (a tuple)
+        self.names = {e.name: e for e in entries}
+        self.qnames = tuple(e.qname for e in entries)
+        self.cuda_device = None  # the device of the first CUDA tensor under v
+        for _, tm in tensor_memos:
+            if tm[2]:
+                self.cuda_device = tm[0][4]
+                break
+        self.containers = tuple(containers)  # (key path, _Memo) of the containers under v
+        self.tensor_memos = tuple(tensor_memos)  # (key path, _tensor's memo) of its tensors
+        self.where = where
+
+
 class Flattener:
     """Encodes one state_dict: the JSON tree and the list of store tensors.
 
@@ -163,17 +208,19 @@ class Flattener:
     A dense tensor found at the same key path with the same shape, strides,
     dtype and device as then (at any address) is declared as then, without
     the checks and the naming: a training loop saves the same tensors every
-    time, and gradients of the same shapes.  And a dict (or an OrderedDict)
-    at the same key path, of the same type, with the same keys (of the same
-    types), its tensors at the same addresses as then and declared as then,
-    its other values equal ints, strings, bools or None, or dicts that pass
-    the same checks, and so its _metadata, is written as then without
-    walking it: a module's state_dict() (tensors, and a _metadata of the
-    modules' dicts) and an optimizer's state (AdamW: a dict per parameter of
-    step, exp_avg and exp_avg_sq) each as one.  A memo holds no reference to
-    the state's tensors or containers: only their keys (the addresses,
-    shapes, ...) and text.  A memo is only read; each encode makes a new
-    self.memo."""
+    time, and gradients of the same shapes.  And a container (a dict, an
+    OrderedDict, a list or a tuple) at the same key path, of the same type,
+    with the same keys (of the same types; a sequence: the same length), its
+    tensors declared as then (the same checks, and none the same tensor as
+    another: a tie), its other values equal ints, strings, bools or None, or
+    containers that pass the same checks, and so its _metadata, is written
+    as then without walking it (_replay): a module's state_dict() (tensors,
+    and a _metadata of the modules' dicts), an optimizer's state (AdamW: a
+    dict per parameter of step, exp_avg and exp_avg_sq), a parameter group's
+    list of parameter indices, a list of a step's gradients (new tensors of
+    the same shapes) each as one.  A memo holds no reference to the state's
+    tensors or containers: only their keys (the addresses, shapes, ...) and
+    text (_Memo).  A memo is only read; each encode makes a new self.memo."""
 
     def __init__(self, memo=None):
         self.entries = []
@@ -185,12 +232,12 @@ class Flattener:
         # key path -> (key, Entry, on CUDA?) of the tensors there
         self.memo = {}
         self._memo = memo or {}
-        # key path -> the memo of the dict there, if it can be written again as it was
-        # (_remember_dict, _replay_dict)
-        self._dicts = self.memo[_DICTS] = {}
-        self._dicts_then = self._memo.get(_DICTS) or {}
-        # id -> memo (or None: not rememberable) of each dict written in this encode
-        # (_remember_dict of the dict that holds it)
+        # key path -> the _Memo of the container there, if it can be written again as
+        # it was (_remember, _replay)
+        self._containers = self.memo[_DICTS] = {}
+        self._containers_then = self._memo.get(_DICTS) or {}
+        # id -> _Memo (or None: not rememberable) of each container written in this
+        # encode (_remember of the container that holds it)
         self._written = {}
         self._alias = {}
         self._path = []
@@ -369,8 +416,8 @@ class Flattener:
             # `where` (_TOP for the state itself)
             prefix = "/".join(path) + "/" if path else ""
             where = prefix[:-1] if path else _TOP
-            m = self._dicts_then.get(where)
-            if m is not None and self._replay_dict(v, where, m):
+            m = self._containers_then.get(where)
+            if m is not None and self._replay(v, where, m):
                 return
             start, first = len(out), len(self.entries)
         # Items as [key,value] pairs: '{"d":[' '[k1,' v1 '],[k2,' v2 ']]' (one append
@@ -404,126 +451,152 @@ class Flattener:
             path.pop()
         out.append("}")
         if plain:
-            self._written[id(v)] = self._remember_dict(v, where, prefix, start, first, md)
+            self._written[id(v)] = self._remember(v, v.items(), where, prefix, start, first,
+                                                  md)
 
-    def _remember_dict(self, v, where, prefix, start, first, md):
-        """The memo of dict v (a dict or an OrderedDict, with its _metadata md), just
-        written from out[start:] with the entries from `first` on, for the next
-        encode's _replay_dict (where: its key in the memo; prefix: what its items'
-        key paths begin with); or None if v cannot be written again as it is: its
-        keys must be strings or ints, and its values ints, strings, bools, None,
-        tensors that each became a new entry remembered in self.memo (dense,
-        contiguous, not seen before in this encode, not requiring grad), or dicts
-        remembered in this encode (an optimizer's state: one dict per parameter; a
-        module's _metadata), and so must md be if it is a dict.
-
-        A memo: (v's type, its keys, their types, the non-tensor values as
-        ((position, type, value), ...), the tensors and dicts in order as
-        ((position, tensor memo, None) or (position, None, dict memo), ...), md's
-        memo (or None: md is not a dict), the text, the number
-        of tensors under v, and every (key path, memo) of the dicts and of the
-        tensors under v (not v's own), for the next memo, and `where`)."""
-        entries, tensors, written = self.entries, self.tensors, self._written
+    def _remember(self, v, items, where, prefix, start, first, md):
+        """The memo of container v (a dict, an OrderedDict with its _metadata md,
+        a list or a tuple), just written from out[start:] with the entries from
+        `first` on, for the next encode's _replay (items: v's (key, value)
+        pairs, a sequence's (index, value); where: its key in the memo; prefix:
+        what its items' key paths begin with); or None if v cannot be written
+        again as it is: its keys must be strings or ints, and its values ints,
+        strings, bools, None, tensors that each became a new entry remembered
+        in self.memo (dense, contiguous, not seen before in this encode, not
+        requiring grad), or containers remembered in this encode at their own
+        key paths (an optimizer's state: one dict per parameter; a module's
+        _metadata; a parameter group's list of parameter indices), and so must
+        md be if it is a dict."""
+        entries, tensors, written, memo = self.entries, self.tensors, self._written, self.memo
         atoms, slots, j = [], [], first
-        dicts, tensor_memos = [], []
-        for pos, (k, x) in enumerate(v.items()):
+        containers, tensor_memos = [], []
+        for pos, (k, x) in enumerate(items):
             tk, tx = type(k), type(x)
             if tk is not str and tk is not int:
                 return None
             if tx is torch.Tensor or tx is torch.nn.Parameter:
                 tpath = prefix + str(k)  # _tensor's key path
-                tm = self.memo.get(tpath)
+                tm = memo.get(tpath)
                 if j >= len(entries) or tensors[j] is not x or tm is None or \
                         tm[1] is not entries[j]:
                     return None  # an alias of an earlier tensor, or not remembered
-                slots.append((pos, tm, None))
+                slots.append((pos, tm[0][1:], tm[1], None))
                 tensor_memos.append((tpath, tm))
                 j += 1
             elif tx is int or tx is str or tx is bool or x is None:
                 atoms.append((pos, tx, x))
-            elif tx is dict or tx is collections.OrderedDict:
+            elif tx in _CONTAINERS:
                 cm = written.get(id(x))
-                if cm is None or cm[10] != prefix + str(k):
+                if cm is None or cm.where != prefix + str(k):
                     return None  # not remembered (here, at this key path)
-                slots.append((pos, None, cm))
-                j += cm[7]
-                dicts += cm[8]
-                dicts.append((cm[10], cm))
-                tensor_memos += cm[9]
+                slots.append((pos, None, None, cm))
+                j += len(cm.entries)
+                containers += cm.containers
+                containers.append((cm.where, cm))
+                tensor_memos += cm.tensor_memos
             else:
-                return None  # floats (-0.0 == 0.0), lists, everything else: walked each time
+                return None  # floats (-0.0 == 0.0), everything else: walked each time
         mm = None
         if isinstance(md, dict):
             mm = written.get(id(md))
             if type(md) not in (dict, collections.OrderedDict) or mm is None or \
-                    mm[10] != prefix + "_metadata":
+                    mm.where != prefix + "_metadata":
                 return None
-            j += mm[7]
-            dicts += mm[8]
-            dicts.append((mm[10], mm))
-            tensor_memos += mm[9]
+            j += len(mm.entries)
+            containers += mm.containers
+            containers.append((mm.where, mm))
+            tensor_memos += mm.tensor_memos
         if j != len(entries):
             return None
-        keys = tuple(v)
-        m = (type(v), keys, tuple(map(type, keys)), tuple(atoms), tuple(slots), mm,
-             "".join(self._out[start:]), j - first, tuple(dicts), tuple(tensor_memos), where)
-        self._dicts[where] = m
+        m = _Memo(v, atoms, slots, mm, "".join(self._out[start:]), tuple(entries[first:j]),
+                  containers, tensor_memos, where)
+        self._containers[where] = m
         return m
 
-    def _replay_dict(self, v, where, m):
-        """Writes dict v as the last encode wrote the one whose memo m (of
-        _remember_dict) it kept under `where` (v's key path, or _TOP), if v is
-        of the same type, has the same keys in the same order, equal non-tensor
-        values, tensors each declared as then (the checks of _tensor's memo
-        path), dicts that can each be written again as then, and so has its
-        _metadata; returns whether it did (else nothing was written)."""
-        found = []
-        if not self._check_dict(v, m, found):
-            return False
-        # Every tensor is checked before any is declared, and (on the hot path: the
-        # ~1170 tensors of an AdamW state a save, most under two dicts) without a call
-        # per tensor.
+    def _replay(self, v, where, m):
+        """Writes container v as the last encode wrote the one whose memo m (of
+        _remember) it kept under `where` (v's key path, or _TOP), if v is of
+        the same type, has the same keys in the same order (a sequence: the
+        same length), equal non-tensor values, tensors each declared as then
+        (the checks of _tensor's memo path: the same shape, strides, dtype and
+        device, at any address), containers that can each be written again as
+        then, and so has its _metadata; returns whether it did (else nothing
+        was written)."""
         by_name, alias = self.by_name, self._alias
-        entries, tensors, srcs = self.entries, self.tensors, self.srcs
-        cuda = self.cuda_device is None
-        for t, key, tm in found:
-            _, e, on_cuda = tm
-            if on_cuda and cuda:
-                self.cuda_device, cuda = key[4], False
-            entries.append(e)
-            tensors.append(t)
-            srcs.append(t)
-            by_name[e.name] = e
-            alias[key] = e.qname
-        self.memo.update(m[9])
-        self._dicts.update(m[8])
-        self._dicts[where] = m
+        if m.entries and not by_name.keys().isdisjoint(m.names):
+            return False  # a name taken by an earlier tensor: written afresh ('#1')
+        found, keys = [], []
+        if not self._check(v, m, found, keys):
+            return False
+        # No tensor here is one declared before it (a tie, which a fresh encode writes as
+        # that one's alias): checked for all at once, in C, each key hashed twice (a dict
+        # keeps the hashes it merges)
+        if keys:
+            new = dict(zip(keys, m.qnames))
+            if len(new) != len(keys) or not alias.keys().isdisjoint(new):
+                return False
+            alias.update(new)
+        # Every tensor was checked before any is declared, and they are declared
+        # without a call per tensor (the hot path: the ~1170 tensors of an AdamW
+        # state a save, most under two dicts, and a step's gradients in a list).
+        self.entries += m.entries
+        self.tensors += found
+        self.srcs += found
+        by_name.update(m.names)
+        if self.cuda_device is None:
+            self.cuda_device = m.cuda_device
+        self.memo.update(m.tensor_memos)
+        self._containers.update(m.containers)
+        self._containers[where] = m
         self._written[id(v)] = m
-        self._out.append(m[6])
+        self._out.append(m.text)
         return True
 
-    def _check_dict(self, v, m, found):
-        """Whether dict v can be written as memo m says (see _replay_dict); appends
-        (tensor, its key, its memo) for each of its tensors, and those of the dicts
-        under it, in order, to `found`."""
-        tp, keys, key_types, atoms, slots, mm = m[:6]
-        if type(v) is not tp:
+    def _check(self, v, m, found, keys):
+        """Whether container v can be written as memo m says (see _replay);
+        appends each of its tensors, and those of the containers under it, in
+        order, to `found`, and their keys (as in self._alias) to `keys`: the
+        caller checks that none is a tie."""
+        if type(v) is not m.type:
             return False
-        now = tuple(v)
-        # equal keys of other types (True == 1 == 1.0) are written otherwise
-        if now != keys or tuple(map(type, now)) != key_types:
-            return False
-        values = tuple(v.values())
-        for pos, tx, x in atoms:
+        if m.keys is None:  # a list or a tuple
+            values = v
+            if len(v) != m.size:
+                return False
+        else:
+            now = tuple(v)
+            # equal keys of other types (True == 1 == 1.0) are written otherwise
+            if now != m.keys or tuple(map(type, now)) != m.key_types:
+                return False
+            values = tuple(v.values())
+        leaf = m.leaf
+        if leaf is not None:  # atoms alone (a module's _metadata entry, a list of indices)
+            values = tuple(values)
+            # the types first: a tensor now among them is not compared (== is elementwise)
+            return tuple(map(type, values)) == leaf[1] and values == leaf[0]
+        for pos, tx, x in m.atoms:
             y = values[pos]
             if type(y) is not tx or y != x:
                 return False
-        by_name, alias = self.by_name, self._alias
         strided, plain, param = torch.strided, torch.Tensor, torch.nn.Parameter
-        for pos, tm, cm in slots:
+        for pos, then, e, cm in m.slots:
             t = values[pos]
-            if tm is None:
-                if not self._check_dict(t, cm, found):
+            if cm is not None:
+                leaf = cm.leaf
+                if leaf is None or type(t) is not cm.type:
+                    if not self._check(t, cm, found, keys):
+                        return False
+                    continue
+                # a container of atoms (a module's _metadata entry): checked here, as
+                # _check would, without a call for each of the ~300 of a GPT-2 medium
+                if cm.keys is None:
+                    now = tuple(t)
+                else:
+                    now = tuple(t)
+                    if now != cm.keys or tuple(map(type, now)) != cm.key_types:
+                        return False
+                    now = tuple(t.values())
+                if tuple(map(type, now)) != leaf[1] or now != leaf[0]:
                     return False
                 continue
             tt = type(t)
@@ -532,24 +605,36 @@ class Flattener:
             if t.requires_grad:
                 t = t.detach()  # as _tensor declares it
             try:
-                key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+                layout = (t.shape, t.stride(), t.dtype, t.device)
+                if layout != then:
+                    return False
+                key = (t.data_ptr(),) + layout
             except RuntimeError:  # no storage, no strides (nested)
                 return False
-            # Stricter than _tensor: the same addresses as then, so that no two of the
-            # tensors here are one (a tie) without a set to see it: they were distinct
-            # new entries then.
-            if key != tm[0] or tm[1].name in by_name or key in alias:
-                return False
-            found.append((t, key, tm))
+            keys.append(key)
+            found.append(t)
+        mm = m.md
         if mm is None:
             # v's _metadata was not a dict then (a plain dict has none)
-            return tp is dict or not isinstance(getattr(v, "_metadata", None), dict)
+            return m.type is not collections.OrderedDict or \
+                not isinstance(getattr(v, "_metadata", None), dict)
         md = getattr(v, "_metadata", None)
-        return isinstance(md, dict) and self._check_dict(md, mm, found)
+        return isinstance(md, dict) and self._check(md, mm, found, keys)
 
     def _seq(self, v):
-        """A JSON array of v's items."""
+        """A JSON array of v's items.  A list or a tuple is written again as
+        the last encode wrote it where it can be (_replay): a parameter
+        group's parameter indices, a gradient record's gradients."""
         path, out = self._path, self._out
+        tp = type(v)
+        plain = tp is list or tp is tuple
+        if plain:
+            prefix = "/".join(path) + "/" if path else ""
+            where = prefix[:-1] if path else _TOP
+            m = self._containers_then.get(where)
+            if m is not None and self._replay(v, where, m):
+                return
+            start, first = len(out), len(self.entries)
         out.append("[")
         for i, x in enumerate(v):
             if i:
@@ -558,6 +643,9 @@ class Flattener:
             self._enc(x)
             path.pop()
         out.append("]")
+        if plain:
+            self._written[id(v)] = self._remember(v, enumerate(v), where, prefix, start, first,
+                                                  None)
 
     def _other(self, v):
         """Every other value, by isinstance (subclasses of the common types too)."""

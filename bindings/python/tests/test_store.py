@@ -128,7 +128,7 @@ def test_memo():
     if json.loads(text)["d"][0][0] != "model":
         return f"not the tree: {text[:80]}"
     fresh, replayed = [0], []
-    orig, orig_replay = Flattener._new_tensor, Flattener._replay_dict
+    orig, orig_replay = Flattener._new_tensor, Flattener._replay
 
     def counting(self, t, numpy, path):
         fresh[0] += 1
@@ -139,11 +139,11 @@ def test_memo():
         if done:
             replayed.append(where)
         return done
-    Flattener._new_tensor, Flattener._replay_dict = counting, replaying
+    Flattener._new_tensor, Flattener._replay = counting, replaying
     try:
         again = encoded(sd, memo)
     finally:
-        Flattener._new_tensor, Flattener._replay_dict = orig, orig_replay
+        Flattener._new_tensor, Flattener._replay = orig, orig_replay
     if again[:2] != (text, rows):
         return "the memo's encode differs from a fresh one"
     # Not remembered: empty, non-contiguous, numpy, and views seen again (the tie).
@@ -151,22 +151,24 @@ def test_memo():
         return f"{fresh[0]} of {len(rows)} tensors declared afresh with the memo"
     # Written again as they were, each as one: the model's state_dict (an OrderedDict of
     # tensors, its _metadata an OrderedDict of the modules' dicts), the optimizer's state
-    # (its per-parameter dicts of tensors), and the plain dict without a float; not the
-    # one with a float (-0.0 == 0.0), nor dicts holding lists (optim: its param_groups)
-    # or those (the top).
-    if sorted(replayed) != ["model", "optim/state", "plain_nofloat"]:
-        return f"dicts written again: {sorted(replayed)}"
+    # (its per-parameter dicts of tensors), a parameter group's list of parameter indices,
+    # the plain dict without a float and a tuple key; not the dict with a float (-0.0 ==
+    # 0.0), nor containers holding floats (a parameter group, the scheduler's dict) or
+    # those (the top).
+    if sorted(replayed) != ["model", "optim/param_groups/0/params", "optim/state",
+                            "plain_nofloat", "sched/<key>"]:
+        return f"containers written again: {sorted(replayed)}"
     # A dict written again as one hands on the memos of what it holds: when one of the
     # optimizer's per-parameter dicts changes, the others are written again each, and
     # the changed one's tensors are declared through the memo.
     st_of = sd["optim"]["state"]
     st_of[0]["extra"] = 5
     fresh[0], replayed[:] = 0, []
-    Flattener._new_tensor, Flattener._replay_dict = counting, replaying
+    Flattener._new_tensor, Flattener._replay = counting, replaying
     try:
         changed = encoded(sd, again[2])
     finally:
-        Flattener._new_tensor, Flattener._replay_dict = orig, orig_replay
+        Flattener._new_tensor, Flattener._replay = orig, orig_replay
     same = changed[:2] == encoded(sd)[:2]
     del st_of[0]["extra"]
     if not same:
@@ -181,11 +183,11 @@ def test_memo():
     md_state._metadata = {"": {"version": 1}, "t": torch.zeros(2)}
     first = encoded({"m": md_state})
     replayed[:] = []
-    Flattener._replay_dict = replaying
+    Flattener._replay = replaying
     try:
         second = encoded({"m": md_state}, first[2])
     finally:
-        Flattener._replay_dict = orig_replay
+        Flattener._replay = orig_replay
     if replayed != [_TOP] or second[:2] != first[:2]:
         return f"an OrderedDict whose _metadata holds a tensor: written again {replayed}"
     m, t = sd["model"], sd["tensors"]
@@ -238,6 +240,10 @@ def test_memo():
         "a module's _metadata version": lambda: m._metadata["0"].update({"version": 2}),
         "that version now a bool (1 == True)": lambda: m._metadata["0"].update(
             {"version": True}),
+        "a module's _metadata entry's key renamed": lambda: m._metadata.update(
+            {"1": {"Version": 1}}),
+        "an int key there": lambda: m._metadata.update({"1": {1: 1}}),
+        "that key now a bool (1 == True)": lambda: m._metadata.update({"1": {True: 1}}),
         "a module's _metadata entry removed": lambda: m._metadata.pop("0"),
         "the model's _metadata not a dict": lambda: setattr(m, "_metadata", "none"),
         "the model's _metadata a dict again, with a tensor": lambda: setattr(
@@ -268,11 +274,11 @@ def test_memo():
     flat = {"a": torch.ones(3), "b": torch.arange(2), "n": 5}
     memo = encoded(flat)[2]
     replayed.clear()
-    Flattener._replay_dict = replaying
+    Flattener._replay = replaying
     try:
         again = encoded(flat, memo)
     finally:
-        Flattener._replay_dict = orig_replay
+        Flattener._replay = orig_replay
     if replayed != [_TOP] or again[:2] != encoded(flat)[:2]:
         return f"a flat dict at the root: written again {replayed}, as a fresh encode " \
                f"{again[:2] == encoded(flat)[:2]}"
@@ -282,7 +288,7 @@ def test_memo():
     # Keys equal to a remembered one but written otherwise, and dicts that change kind.
     class Color(enum.IntEnum):
         A = 1
-    t1, t4 = torch.ones(3), torch.ones(4)
+    t1, t4, t2 = torch.ones(3), torch.ones(4), torch.zeros(3)
     states = [("remembered", {1: t1, "n": 5}), ("a float key (1 == 1.0)", {1.0: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("an IntEnum key", {Color.A: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("a str subclass value",
@@ -302,7 +308,39 @@ def test_memo():
               # (its tensors' paths begin with "/"): found by a review
               ("a flat dict at the top", {"w": t1}), ("the same under key ''", {"": {"w": t1}, "x": 1}),
               ("an int under key ''", {"": {"n": 1}, "w": t1}),
-              ("that dict one deeper", {"": {"": {"n": 1}, "w": t1}, "z": 2})]
+              ("that dict one deeper", {"": {"": {"n": 1}, "w": t1}, "z": 2}),
+              # lists and tuples (a parameter group's indices, a record's gradients)
+              ("a list of tensors", {"g": [t1, t4, 5], "x": t2}),
+              ("new tensors of the same shapes", {"g": [torch.ones(3), torch.ones(4), 5],
+                                                  "x": t2}),
+              ("one of another shape", {"g": [torch.ones(3), torch.ones(5), 5], "x": t2}),
+              ("a tie within the list", {"g": [t1, t1, 5], "x": t2}),
+              ("back", {"g": [t1, t4, 5], "x": t2}),
+              ("a tie with an earlier tensor", {"x": t2, "g": [t2, t4, 5]}),
+              ("back, after it", {"x": t2, "g": [t1, t4, 5]}),
+              ("a tie with a later tensor", {"g": [t1, t4, 5], "x": t1}),
+              ("an earlier tensor's name taken", {"g/0": t4, "g": [t1, t4, 5]}),
+              ("a tuple now", {"g": (t1, t4, 5)}), ("a list again", {"g": [t1, t4, 5]}),
+              ("shorter", {"g": [t1, t4]}), ("an int now a bool", {"g": [t1, t4, True]}),
+              ("a str subclass", {"g": [t1, t4, type("S", (str,), {})("x")]}),
+              ("nested", {"p": [[0, ["model", "w"]], [1, ("x", 2)]], "i": [3, 4]}),
+              ("the same", {"p": [[0, ["model", "w"]], [1, ("x", 2)]], "i": [3, 4]}),
+              ("an index changed", {"p": [[0, ["model", "w"]], [2, ("x", 2)]], "i": [3, 4]}),
+              ("a bool deep inside", {"p": [[0, ["model", "w"]], [2, ("x", True)]],
+                                      "i": [3, 4]}),
+              ("a key path as a list", {"p": [[0, ["model", "w"]], [2, ["x", True]]],
+                                        "i": [3, 4]}),
+              ("a list subclass", {"p": [[0, type("L", (list,), {})(["model", "w"])]],
+                                   "i": [3, 4]}),
+              ("floats", {"i": [3, 4.0], "j": (0.0, 1)}),
+              ("a float's sign", {"i": [3, 4.0], "j": (-0.0, 1)}),
+              ("a dict in a list", {"q": [{"a": [1, t1]}, 3]}),
+              ("its tensor new", {"q": [{"a": [1, torch.ones(3)]}, 3]}),
+              ("its tensor now in the dict", {"q": [{"a": [1], "b": t1}, 3]}),
+              ("an empty list", {"e": [], "f": ()}), ("empty again", {"e": [], "f": ()}),
+              ("swapped", {"e": (), "f": []}),
+              ("a list at the top", [t1, 1, [2, t4]]), ("again", [t1, 1, [2, t4]]),
+              ("a tuple at the top", (t1, 1, [2, t4]))]
     memo = None
     for what, st in states:
         got = encoded(st, memo)
@@ -326,17 +364,23 @@ def test_memo():
 
 def test_memo_fuzz():
     """Random small states whose key paths collide ("a/b" and "a" -> "b", 0 and "0"),
-    with tensors kept, copied or replaced and values changed between four encodes each:
-    the memo's encode always equals a fresh one's (the code before 2026-11-27's evening
-    session failed 7 of these 2000 states, from names swapped through the memo)."""
+    of dicts, OrderedDicts with _metadata, lists and tuples, with tensors kept, copied or
+    replaced and values changed between four encodes each: the memo's encode always
+    equals a fresh one's (the code before 2026-11-27's evening session failed 7 of these
+    2000 states, from names swapped through the memo)."""
     rng = random.Random(2)
     pool = [torch.ones(4), torch.zeros(4), torch.arange(6.0).view(2, 3), torch.ones(2)]
     keys = ["a", "b", "a/b", 0, "0", 1, True, "a/b/c", "b/c", ""]
 
-    def leaf():
-        if rng.random() < 0.5:
+    def leaf(depth=2):
+        r = rng.random()
+        if r < 0.45:
             t = rng.choice(pool)
             return t.clone() if rng.random() < 0.5 else t
+        if r < 0.6 and depth < 3:  # a list or a tuple (of atoms, tensors, dicts, lists)
+            items = [leaf(depth + 1) if rng.random() < 0.8 else tree(depth + 1)
+                     for _ in range(rng.randint(0, 3))]
+            return items if rng.random() < 0.7 else tuple(items)
         return rng.choice([1, True, "x", None, 2, 1.0])
 
     def kind(items, depth):
@@ -347,17 +391,29 @@ def test_memo_fuzz():
         out = collections.OrderedDict(items)
         if rng.random() < 0.7:
             out._metadata = tree(depth + 1) if rng.random() < 0.3 else collections.OrderedDict(
-                (rng.choice(keys), {"version": rng.choice([1, 2, True])})
+                (rng.choice(keys), {rng.choice(["version", "v", 1, True]):
+                                    rng.choice([1, 2, True])})
                 for _ in range(rng.randint(0, 3)))
         return out
 
     def tree(depth=0):
         return kind([(rng.choice(keys), tree(depth + 1) if depth < 2 and rng.random() < 0.35
-                      else leaf()) for _ in range(rng.randint(0, 4))], depth)
+                      else leaf(depth)) for _ in range(rng.randint(0, 4))], depth)
+
+    def mutate_value(v, depth):
+        if isinstance(v, dict):
+            return mutate(v, depth + 1)
+        if type(v) in (list, tuple) and rng.random() < 0.7:
+            items = [mutate_value(x, depth + 1) for x in v]
+            if rng.random() < 0.15:
+                items.append(leaf(depth + 1))
+            if rng.random() < 0.1:
+                return tuple(items) if type(v) is list else items
+            return type(v)(items)
+        return leaf(depth) if rng.random() < 0.3 else v
 
     def mutate(t, depth=0):
-        items = [(k, mutate(v, depth + 1) if isinstance(v, dict) else
-                  leaf() if rng.random() < 0.3 else v) for k, v in t.items()]
+        items = [(k, mutate_value(v, depth)) for k, v in t.items()]
         if rng.random() < 0.2 and depth < 2:
             items.append((rng.choice(keys), leaf()))
         if rng.random() < 0.1:
