@@ -109,7 +109,7 @@ def _group_value_copy(v):
 
 
 def _key(t):
-    return (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+    return (t.device, t.data_ptr(), t.dtype, t.shape, t.stride())  # (a Size is a tuple)
 
 
 def _get(tree, path):
@@ -267,20 +267,20 @@ class GradientLog:
         the optimizer's state tensors, with the identities of the states and their
         tensors: an in-place change outside optimizer.step() shows there (not one
         through .data), as does a state moved or a tensor replaced."""
-        state = self.optimizer.state
-        out = []
+        out = [p._version for p in params]
+        out += map(id, params)  # which parameters (one replaced shows)
         add = out.append
-        for p in params:
-            add(p._version)
-            s = state.get(p)
-            if s:
-                # which state (the object: one moved to another parameter shows) and
-                # which tensors in it (one replaced at the same version shows)
-                add(id(s))
-                for v in s.values():
-                    if isinstance(v, torch.Tensor):
-                        add(v._version)
-                        add(id(v))
+        # (the state's own order: no lookup by parameter, whose hash is a Python call)
+        for p, s in self.optimizer.state.items():
+            # which parameter has which state (the object: one moved to another
+            # parameter shows) and which tensors in it (one replaced at the same
+            # version shows)
+            add(id(p))
+            add(id(s))
+            for v in s.values():
+                if isinstance(v, torch.Tensor):
+                    add(v._version)
+                    add(id(v))
         return out
 
     def _pre_hook_last(self):
@@ -362,6 +362,7 @@ class GradientLog:
         opt_ids = {id(v) for v in opt_tensors}
         opt_keys = None  # their _key()s, made only if a state_dict holds other objects
         paths, found, copied = [], [None], [0]
+        tensor_type = torch.Tensor
         # numpy is optional: a state can hold its arrays only if the program imported it
         ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())
 
@@ -379,20 +380,23 @@ class GradientLog:
             # optimizer.state_dict() holds the optimizer's own tensors (the same
             # objects): the same keys; another object with the same memory and
             # layout counts too
-            if all(id(t) in opt_ids for t in ts):
+            if opt_ids.issuperset(map(id, ts)):
                 return True
             if opt_keys is None:
                 opt_keys = {_key(v) for v in opt_tensors}
             return all(_key(t) in opt_keys for t in ts)
 
+        def tensor(t, path):
+            i = index.get(_key(t))
+            if i is not None:
+                paths.append([i, path])
+                return None
+            copied[0] += t.numel() * t.element_size()
+            return t.detach().clone()  # buffers, RNG states: as they are now
+
         def walk(node, path):
             if isinstance(node, torch.Tensor):
-                i = index.get(_key(node))
-                if i is not None:
-                    paths.append([i, path])
-                    return None
-                copied[0] += node.numel() * node.element_size()
-                return node.detach().clone()  # buffers, RNG states: as they are now
+                return tensor(node, path)
             if isinstance(node, ndarray):
                 return node.copy()
             if is_opt_sd(node):
@@ -401,10 +405,15 @@ class GradientLog:
                 found[0] = path
                 return {"param_groups": walk(node["param_groups"], path + ["param_groups"])}
             # the containers Store saves (it loads a dict or list subclass as a dict or list)
+            # (a module's state_dict(), a parameter group's indices: their tensors and
+            # plain values without a call of walk each)
             if isinstance(node, dict):
-                return _dict_copy(node, ((k, walk(v, path + [k])) for k, v in node.items()))
+                return _dict_copy(node, [(k, v if type(v) in _ATOMS else
+                                          tensor(v, path + [k]) if isinstance(v, tensor_type)
+                                          else walk(v, path + [k])) for k, v in node.items()])
             if isinstance(node, list):
-                return [walk(v, path + [k]) for k, v in enumerate(node)]
+                return [v if type(v) in _ATOMS else walk(v, path + [k])
+                        for k, v in enumerate(node)]
             if type(node) is tuple:
                 return tuple(walk(v, path + [k]) for k, v in enumerate(node))
             return node
