@@ -18,12 +18,12 @@ import torch
 
 
 def _optimizer_tensors(opt):
-    for group in opt.param_groups:
-        for p in group["params"]:
-            yield p
-            for v in opt.state.get(p, {}).values():
-                if isinstance(v, torch.Tensor):
-                    yield v
+    """The optimizer's parameters and the tensors of its state (a list: made at
+    every step, the state's own order, without a lookup by parameter, whose hash
+    is a Python call)."""
+    tensors = [p for group in opt.param_groups for p in group["params"]]
+    tensors += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return tensors
 
 
 def hook_optimizer(optimizer, store):
