@@ -8,6 +8,7 @@ scheduling policy.  Internals of pmckpt.Store (store.py), mixed into it."""
 import contextlib
 import ctypes
 import gc
+import operator
 import os
 import threading
 import time
@@ -21,6 +22,8 @@ from ._lib import lib, check
 from ._state import (FORMAT, Flattener, Layout, entry_layers, blob_capacity, make_blob,
                      module_prefix)
 from .errors import Error, MetadataTooLargeError, error_for
+
+_data_ptr = torch.Tensor.data_ptr  # (map(_data_ptr, tensors): each address read in C)
 
 
 class GpuMemoryWarning(UserWarning):
@@ -214,11 +217,14 @@ class SaveHandle:
         self._ptr_layer = {}
         if not skipped:
             if ptrs is None:
-                ptrs = [t.data_ptr() for t in prep.tensors]
-            pairs = [(p, layer) for e, p, t, layer in zip(prep.entries, ptrs, prep.tensors,
-                                                          prep.layers)
-                     if e.zero_copy and e.nbytes and not (prep.staged and t.is_cuda)]
-            self._ptr_layer = dict(reversed(pairs))
+                ptrs = list(map(_data_ptr, prep.tensors))
+            if prep.dense and not prep.staged:  # every tensor (in C: ~1170 a save)
+                self._ptr_layer = dict(zip(reversed(ptrs), reversed(prep.layers)))
+            else:
+                pairs = [(p, layer) for e, p, t, layer in zip(prep.entries, ptrs, prep.tensors,
+                                                              prep.layers)
+                         if e.zero_copy and e.nbytes and not (prep.staged and t.is_cuda)]
+                self._ptr_layer = dict(reversed(pairs))
         self._queued = None  # on_busy='queue': its _PendingSave until it has begun
 
     @property
@@ -293,7 +299,7 @@ class SaveHandle:
         if self._done:
             return
         # (each tensor's address and its layer read in C: ~1170 tensors at every step)
-        layers = set(map(self._ptr_layer.get, map(torch.Tensor.data_ptr, tensors)))
+        layers = set(map(self._ptr_layer.get, map(_data_ptr, tensors)))
         layers.discard(None)
         self._wait_layers(layers, stream_ordered=True)
 
@@ -365,6 +371,8 @@ class _Prepared:
         self.sources = fl.srcs  # each one's source (Flattener.srcs)
         self.staged = fl.staged  # CUDA tensors' sources are host copies (stage_cuda)
         self.layers = layers  # each one's layer (entry_layers)
+        # every entry is written from its tensor's own memory and has bytes (_dense_of)
+        self.dense = False
         self.doc = doc
         self.binary = binary
         self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
@@ -402,13 +410,15 @@ class _Pipeline:
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
                "tree": tree, "tensors": fl.tensors_json()}
         prep = _Prepared(fl, layers, doc, extra_capacity=extra_capacity)
+        prep.dense = self._dense_of(fl.entries, layers)
         prep.gpu = fl.cuda_device if gpu_path else None  # the device the GPU path writes from
         return prep
 
     # The plan of the last save (self._plan): what follows from its Entries alone, made
     # again only when they are not the same Entries in the same order (a Flattener memo
     # hands the same Entry objects to every save of an unchanged state):
-    # (entries, their layers, their Layout or None until made, the sorted layer numbers).
+    # (entries, their layers, their Layout or None until made, the sorted layer numbers,
+    # whether they are dense: _dense_of).
 
     def _layers_of(self, entries):
         """entry_layers(entries), the last save's list if the entries are the same."""
@@ -416,8 +426,17 @@ class _Pipeline:
         if plan is not None and plan[0] == entries:  # Entry objects: compared by identity
             return plan[1]
         layers = entry_layers(entries)
-        self._plan = (entries, layers, None, sorted(set(layers)))
+        self._plan = (entries, layers, None, sorted(set(layers)),
+                      all(e.zero_copy and e.nbytes for e in entries))
         return layers
+
+    def _dense_of(self, entries, layers):
+        """Whether every entry is written from its tensor's own memory (zero copy)
+        and has bytes, the last save's answer if its plan is theirs."""
+        plan = self._plan
+        if plan is not None and plan[1] is layers:
+            return plan[4]
+        return all(e.zero_copy and e.nbytes for e in entries)
 
     def _layout_of(self, prep, capacity):
         """Layout.of(prep's entries, layers, capacity), the last save's if the same."""
@@ -526,10 +545,13 @@ class _Pipeline:
             n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
             # Each tensor's address read once, for the sources (most are the tensors
             # themselves) and for the handle's map of the tensors the hooks wait for
-            ptrs = [t.data_ptr() for t in prep.tensors]
-            arr = (c_void_p * n)(*[(p if s is t else s.data_ptr()) if e.nbytes else None
-                                   for e, t, s, p in zip(prep.entries, prep.tensors, srcs,
-                                                         ptrs)])
+            ptrs = list(map(_data_ptr, prep.tensors))
+            if prep.dense and all(map(operator.is_, srcs, prep.tensors)):
+                arr = (c_void_p * n)(*ptrs)  # (in C: ~1170 tensors a save)
+            else:
+                arr = (c_void_p * n)(*[(p if s is t else s.data_ptr()) if e.nbytes else None
+                                       for e, t, s, p in zip(prep.entries, prep.tensors, srcs,
+                                                             ptrs)])
             keep.append(arr)
             h = handle or SaveHandle(self, step, prep, None, ptrs=ptrs)
             h._keep = keep
