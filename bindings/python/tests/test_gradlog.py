@@ -363,9 +363,25 @@ def t_hook_after_changes_grads():
                                           for m in msgs):
         return f"clipping in the step: kinds {kinds}, warnings {msgs}"
 
+    class Replacing(torch.optim.AdamW):
+        def step(self, closure=None):
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        p.grad = p.grad * 0.5  # new tensors: the taken ones unchanged
+            return super().step(closure)
+    job = Job()
+    job.opt = Replacing(job.opt.param_groups, lr=1e-2)
+    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
+    kinds, _, msgs = run_loop("replacing", job, 4)
+    if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
+                                          for m in msgs):
+        return f"gradients replaced in the step: kinds {kinds}, warnings {msgs}"
+
 
 T.run("gradients replaced by a later trusted hook: recorded as the step used them, "
-      "bit-exact; clipped in place inside the step: saved whole, with a warning",
+      "bit-exact; clipped in place or replaced inside the step: saved whole, with a "
+      "warning",
       t_hook_after_changes_grads)
 
 
@@ -376,26 +392,57 @@ def t_params_changed_outside():
         with torch.no_grad():
             for p in job.model.parameters():
                 p.clamp_(-0.05, 0.05)
-    for where in ("after the step", "before the forward"):
+
+    def decay_moments(job):  # the optimizer's state, not its parameters
+        with torch.no_grad():
+            for st in job.opt.state.values():
+                st["exp_avg"].mul_(0.5)
+    for where in ("after the step", "before the forward", "moments after the step",
+                  "moments before the forward"):
         job = Job()
         kinds = []
+        change = decay_moments if where.startswith("moments") else clip
         with warnings.catch_warnings(record=True) as w, \
-                open_log(f"clip-{where[:5]}", job) as log:
+                open_log(f"clip-{where.replace(' ', '')[:12]}", job) as log:
             warnings.simplefilter("always")
             for _ in range(4):
-                if where == "before the forward":
-                    clip(job)  # after the whole state's save, before the step
+                if where.endswith("before the forward"):
+                    change(job)  # after the whole state's save, before the step
                 job.train_step()
-                if where == "after the step":
-                    clip(job)
+                if where.endswith("after the step"):
+                    change(job)
                 kinds.append(log.save(job.state(), job.step).kind)
         msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
         if kinds != ["state"] * 4 or not any("outside optimizer.step()" in m for m in msgs):
             return f"clipped {where}: kinds {kinds}, warnings {msgs}"
 
 
-T.run("parameters clipped in place after each step, or before each forward, outside the "
-      "optimizer: whole states, with a warning", t_params_changed_outside)
+T.run("parameters clipped, or the optimizer's moments scaled, in place after each step or "
+      "before each forward, outside the optimizer: whole states, with a warning",
+      t_params_changed_outside)
+
+
+def t_sparse_grads():
+    """An embedding with sparse gradients (SGD takes them): every step saved whole."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(16, 4, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, \
+            pmckpt.GradientLog(opt, name="sparse", ramdisk=D) as log:
+        warnings.simplefilter("always")
+        for step in range(1, 5):
+            opt.zero_grad()
+            emb(torch.tensor([1, 3, 3])).sum().backward()
+            opt.step()
+            kinds.append(log.save({"model": emb.state_dict(), "optim": opt.state_dict()},
+                                  step).kind)
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    if kinds != ["state"] * 4 or not any("sparse" in m for m in msgs):
+        return f"kinds {kinds}, warnings {msgs}"
+
+
+T.run("sparse gradients: whole states, with a warning", t_sparse_grads)
 
 
 def t_add_param_group():
