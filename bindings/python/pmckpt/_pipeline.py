@@ -199,7 +199,7 @@ class SaveHandle:
     only for what is asked, wait() for the whole checkpoint (committed and
     durable in the store's slot), raising the failure if there was one."""
 
-    def __init__(self, store, step, prep, keep, skipped=False, ptrs=None):
+    def __init__(self, store, step, prep, keep, skipped=False):
         self.step = step
         self.skipped = skipped
         self._store = store
@@ -212,12 +212,10 @@ class SaveHandle:
         # (wait_for) is built here; the names for wait_layer when it is first called.
         self._entries, self._entry_layers = prep.entries, prep.layers
         self._layer_of = None  # tensor name or module prefix -> its layers
-        # data_ptr of a tensor written in place -> its layer (the first one's, if two);
-        # ptrs: prep's tensors' data_ptr()s, if the caller has read them already
+        # data_ptr of a tensor written in place -> its layer (the first one's, if two)
         self._ptr_layer = {}
         if not skipped:
-            if ptrs is None:
-                ptrs = list(map(_data_ptr, prep.tensors))
+            ptrs = prep.ptrs
             if prep.dense and not prep.staged:  # every tensor (in C: ~1170 a save)
                 self._ptr_layer = dict(zip(reversed(ptrs), reversed(prep.layers)))
             else:
@@ -368,6 +366,7 @@ class _Prepared:
     def __init__(self, fl, layers, doc, binary=b"", extra_capacity=0):
         self.entries = fl.entries  # the store tensors' Entries, in order
         self.tensors = fl.tensors  # each one's tensor, the caller's
+        self.ptrs = fl.ptrs  # each one's data_ptr() (Flattener.ptrs)
         self.sources = fl.srcs  # each one's source (Flattener.srcs)
         self.staged = fl.staged  # CUDA tensors' sources are host copies (stage_cuda)
         self.layers = layers  # each one's layer (entry_layers)
@@ -543,9 +542,10 @@ class _Pipeline:
             if prev is not None:
                 self._settle(prev)  # on_busy='skip': it ended before this begin
             n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
-            # Each tensor's address read once, for the sources (most are the tensors
-            # themselves) and for the handle's map of the tensors the hooks wait for
-            ptrs = list(map(_data_ptr, prep.tensors))
+            # Each tensor's address as the encode read it, for the sources (most are the
+            # tensors themselves) and for the handle's map of the tensors the hooks wait
+            # for: no pass over the tensors here
+            ptrs = prep.ptrs
             if prep.dense and all(map(operator.is_, srcs, prep.tensors)):
                 arr = (c_void_p * n)(*ptrs)  # (in C: ~1170 tensors a save)
             else:
@@ -553,7 +553,7 @@ class _Pipeline:
                                        for e, t, s, p in zip(prep.entries, prep.tensors, srcs,
                                                              ptrs)])
             keep.append(arr)
-            h = handle or SaveHandle(self, step, prep, None, ptrs=ptrs)
+            h = handle or SaveHandle(self, step, prep, None)
             h._keep = keep
             h._meta_index = n - 1
             h._arr = arr

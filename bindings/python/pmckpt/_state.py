@@ -19,6 +19,7 @@ import collections
 import hashlib
 import json
 import math
+import operator
 import struct
 
 import torch
@@ -60,6 +61,9 @@ _CONTAINERS = (dict, collections.OrderedDict, list, tuple)  # those a memo remem
 # The dict memo's key of the state's top dict: its key path, "", is also that of a dict
 # at key "" in it (whose tensors' paths begin with "/")
 _TOP = ("top",)
+
+
+_first = operator.itemgetter(0)
 
 
 def _json(v):
@@ -226,6 +230,9 @@ class Flattener:
         self.entries = []
         self.tensors = []  # each entry's tensor, the caller's (for waits on its memory)
         self.srcs = []  # each entry's source: a tensor whose memory holds the bytes, dense
+        # each entry's tensor's data_ptr() as the encode read it (0 for an empty one), so
+        # that a save reads no tensor's address twice
+        self.ptrs = []
         self.staged = False  # stage_cuda() made host copies of the CUDA tensors
         self.by_name = {}
         self.cuda_device = None  # the device of the first CUDA tensor met, if any
@@ -288,6 +295,7 @@ class Flattener:
         self.entries.append(e)
         self.tensors.append(t)
         self.srcs.append(t)
+        self.ptrs.append(key[0])
         self.by_name[e.name] = e
         self._alias[key] = e.qname
         self.memo[path] = m if key[0] == then[0] else (key, e, cuda)
@@ -357,6 +365,7 @@ class Flattener:
         self.entries.append(e)
         self.tensors.append(t)
         self.srcs.append(src)
+        self.ptrs.append(key[0] if numel else 0)
         self.by_name[name] = e
         self._alias[key] = qname
         # Remembered only under the path's own name: two tensors whose key paths read
@@ -542,6 +551,7 @@ class Flattener:
         self.entries += m.entries
         self.tensors += found
         self.srcs += found
+        self.ptrs += map(_first, keys)
         by_name.update(m.names)
         if self.cuda_device is None:
             self.cuda_device = m.cuda_device

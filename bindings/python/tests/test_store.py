@@ -108,9 +108,11 @@ def encoded(st, memo=None):
     fl = Flattener(memo)
     text = fl.encode(st)
     rows = [(e.name, e.code, e.shape, e.info_json, e.nbytes, e.zero_copy, layer,
-             t.data_ptr() if e.nbytes else 0, t.requires_grad, src is t)
-            for e, t, src, layer in zip(fl.entries, fl.tensors, fl.srcs,
-                                        entry_layers(fl.entries))]
+             t.data_ptr() if e.nbytes else 0, p if e.nbytes else 0, t.requires_grad, src is t)
+            for e, t, src, p, layer in zip(fl.entries, fl.tensors, fl.srcs, fl.ptrs,
+                                           entry_layers(fl.entries))]
+    if len(fl.ptrs) != len(fl.entries) or any(r[7] != r[8] for r in rows):
+        raise AssertionError("Flattener.ptrs are not the tensors' addresses")
     return text, rows, fl.memo
 
 
