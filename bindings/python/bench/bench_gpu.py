@@ -44,7 +44,10 @@ skips where there is no GPU):
           call without the store's memo of its previous save (call_cost); and
           load_into_call_vs_without_memo, load(into=) of that state, the same way;
           and load_into_call_vs_copies_after_verify, that load against the same
-          one copying each tensor after verification (Store._early_load "never")
+          one copying each tensor after verification (Store._early_load "never");
+          gradlog_{state,record}_call_vs_without_memo, GradientLog.save_async
+          of that state after each optimizer step, a whole state and a record
+          in turn, against the same calls without the stores' memos
   ratio: gpu_train_every_step_vs_none_b32, _b8, gpu_train_every10_vs_none_b8,
          gpu_train_every_step_vs_dcp_async_every_step,
          gpu_train_{snapshot,queue,queue_snapshot}_every{_step,10}_vs_none_b8
@@ -259,6 +262,7 @@ def call_cost(dev, a):
             for i in range(a.call_reps):
                 load_late.append(timed(lambda: s.load(into=st), dev))
             s._early_load = "auto"
+        gl_calls = gradlog_calls(model, opt, st, d, a.call_reps)
     finally:
         subprocess.run(["rm", "-rf", d])
     med = statistics.median
@@ -271,6 +275,36 @@ def call_cost(dev, a):
     print(f"bench: load_into_call_{ntensors}_tensors_copies_after_verify "
           f"{med(load_late) * 1e3:.2f} ms (the default's: {early_bytes} bytes crossed early)")
     print(f"ratio: load_into_call_vs_copies_after_verify {med(load_memo) / med(load_late):.3f}")
+    for kind in ("state", "record"):
+        memo, cold = (med(gl_calls[kind, forget]) for forget in (False, True))
+        print(f"bench: gradlog_{kind}_call_{ntensors}_tensors {memo * 1e3:.2f} ms")
+        print(f"bench: gradlog_{kind}_call_{ntensors}_tensors_without_memo {cold * 1e3:.2f} ms")
+        print(f"ratio: gradlog_{kind}_call_vs_without_memo {memo / cold:.3f}")
+
+
+def gradlog_calls(model, opt, st, d, reps):
+    """GradientLog.save_async of call_cost's state after each optimizer step, a
+    whole state and a record (the step's 293 gradients, new tensors each time)
+    in turn, against the same calls without the stores' memos of their
+    previous saves (dropped before every other pair of calls; the stores'
+    private attribute, as call_cost's).  {(kind, without memo): [seconds, ...]}."""
+    out = {(k, f): [] for k in ("state", "record") for f in (False, True)}
+    with pmckpt.GradientLog(opt, name="bench-call-gl", ramdisk=d) as gl:
+        for i in range(2 + 4 * reps):
+            forget = i // 2 % 2 == 1
+            if forget and i % 2 == 0:  # (before a pair: the state's store's memo is then
+                gl.store._memo = gl.records._memo = None  # the next pair's)
+            for p in model.parameters():
+                p.grad = torch.randn_like(p)
+            opt.step()
+            st["optim"] = opt.state_dict()
+            t0 = time.perf_counter()
+            h = gl.save_async(st, i + 2)
+            took = time.perf_counter() - t0
+            h.wait()
+            if i >= 2:  # the first pair fills the memos
+                out[h.kind, forget].append(took)
+    return out
 
 
 def main():
