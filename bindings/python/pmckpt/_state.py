@@ -162,7 +162,7 @@ class _Memo:
     or None, the tensors' declarations and the text: no reference to the
     state's tensors or containers."""
     __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "leaf", "text",
-                 "entries", "names", "qnames", "cuda_device", "containers", "tensor_memos", "where")
+                 "entries", "containers", "tensor_memos", "where", "_names", "_qnames", "_cuda")
 
     def __init__(self, v, atoms, slots, md, text, entries, containers, tensor_memos, where):
         self.type = type(v)
@@ -186,16 +186,34 @@ class _Memo:
             self.leaf = (values, tuple(map(type, values)))
         self.text = text
         self.entries = entries  # every entry under v, in order (a tuple)
-        self.names = {e.name: e for e in entries}
-        self.qnames = tuple(e.qname for e in entries)
-        self.cuda_device = None  # the device of the first CUDA tensor under v
-        for _, tm in tensor_memos:
-            if tm[2]:
-                self.cuda_device = tm[0][4]
-                break
         self.containers = tuple(containers)  # (key path, _Memo) of the containers under v
         self.tensor_memos = tuple(tensor_memos)  # (key path, _tensor's memo) of its tensors
         self.where = where
+        # made when first replayed: a container walked at every encode (the state
+        # itself, most often) is remembered at every encode, and never replayed
+        self._names = self._qnames = None
+        self._cuda = False
+
+    @property
+    def names(self):
+        """{name: Entry} of the entries under v."""
+        if self._names is None:
+            self._names = {e.name: e for e in self.entries}
+        return self._names
+
+    @property
+    def qnames(self):
+        """The entries' names as JSON string literals, in order."""
+        if self._qnames is None:
+            self._qnames = tuple(e.qname for e in self.entries)
+        return self._qnames
+
+    @property
+    def cuda_device(self):
+        """The device of the first CUDA tensor under v, or None."""
+        if self._cuda is False:
+            self._cuda = next((tm[0][4] for _, tm in self.tensor_memos if tm[2]), None)
+        return self._cuda
 
 
 class Flattener:
