@@ -439,14 +439,9 @@ class Flattener:
         tp = type(v)
         plain = tp is dict or tp is collections.OrderedDict
         if plain:
-            # the key paths of v's items begin with `prefix`; v's memo is kept under
-            # `where` (_TOP for the state itself)
-            prefix = "/".join(path) + "/" if path else ""
-            where = prefix[:-1] if path else _TOP
-            m = self._containers_then.get(where)
-            if m is not None and self._replay(v, where, m):
+            mark = self._replay_here(v)
+            if mark is None:
                 return
-            start, first = len(out), len(self.entries)
         # Items as [key,value] pairs: '{"d":[' '[k1,' v1 '],[k2,' v2 ']]' (one append
         # per item besides the value's).
         sep = '{"od":[[' if isinstance(v, collections.OrderedDict) else '{"d":[['
@@ -478,8 +473,22 @@ class Flattener:
             path.pop()
         out.append("}")
         if plain:
-            self._written[id(v)] = self._remember(v, v.items(), where, prefix, start, first,
-                                                  md)
+            self._written[id(v)] = self._remember(v, v.items(), *mark, md)
+
+    def _replay_here(self, v):
+        """Writes container v (a dict, an OrderedDict, a list or a tuple) as the
+        last encode wrote the one at the same key path, if it can (_replay), and
+        returns None; else returns (where, prefix, start, first) for the
+        _remember of v after it is walked: v's key in the memo (_TOP for the
+        state itself), what its items' key paths begin with, and where its text
+        and its entries will begin."""
+        path = self._path
+        prefix = "/".join(path) + "/" if path else ""
+        where = prefix[:-1] if path else _TOP
+        m = self._containers_then.get(where)
+        if m is not None and self._replay(v, where, m):
+            return None
+        return where, prefix, len(self._out), len(self.entries)
 
     def _remember(self, v, items, where, prefix, start, first, md):
         """The memo of container v (a dict, an OrderedDict with its _metadata md,
@@ -657,12 +666,9 @@ class Flattener:
         tp = type(v)
         plain = tp is list or tp is tuple
         if plain:
-            prefix = "/".join(path) + "/" if path else ""
-            where = prefix[:-1] if path else _TOP
-            m = self._containers_then.get(where)
-            if m is not None and self._replay(v, where, m):
+            mark = self._replay_here(v)
+            if mark is None:
                 return
-            start, first = len(out), len(self.entries)
         out.append("[")
         for i, x in enumerate(v):
             if i:
@@ -672,8 +678,7 @@ class Flattener:
             path.pop()
         out.append("]")
         if plain:
-            self._written[id(v)] = self._remember(v, enumerate(v), where, prefix, start, first,
-                                                  None)
+            self._written[id(v)] = self._remember(v, enumerate(v), *mark, None)
 
     def _other(self, v):
         """Every other value, by isinstance (subclasses of the common types too)."""

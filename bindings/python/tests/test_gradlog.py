@@ -347,36 +347,24 @@ def t_hook_after_changes_grads():
     if r:
         return f"a later hook: {r}"
 
-    class Clipping(torch.optim.AdamW):
-        def step(self, closure=None):
-            with torch.no_grad():
-                for g in self.param_groups:
-                    for p in g["params"]:
-                        if p.grad is not None:
-                            p.grad.clamp_(-1e-3, 1e-3)
-            return super().step(closure)
-    job = Job()
-    job.opt = Clipping(job.opt.param_groups, lr=1e-2)
-    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
-    kinds, _, msgs = run_loop("clipping", job, 4)
-    if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
-                                          for m in msgs):
-        return f"clipping in the step: kinds {kinds}, warnings {msgs}"
-
-    class Replacing(torch.optim.AdamW):
-        def step(self, closure=None):
-            for g in self.param_groups:
-                for p in g["params"]:
-                    if p.grad is not None:
-                        p.grad = p.grad * 0.5  # new tensors: the taken ones unchanged
-            return super().step(closure)
-    job = Job()
-    job.opt = Replacing(job.opt.param_groups, lr=1e-2)
-    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
-    kinds, _, msgs = run_loop("replacing", job, 4)
-    if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
-                                          for m in msgs):
-        return f"gradients replaced in the step: kinds {kinds}, warnings {msgs}"
+    for name, change in (("clipping", lambda p: p.grad.clamp_(-1e-3, 1e-3)),
+                         # new tensors: the ones taken before the step unchanged
+                         ("replacing", lambda p: setattr(p, "grad", p.grad * 0.5))):
+        class Changing(torch.optim.AdamW):
+            def step(self, closure=None, change=change):
+                with torch.no_grad():
+                    for g in self.param_groups:
+                        for p in g["params"]:
+                            if p.grad is not None:
+                                change(p)
+                return super().step(closure)
+        job = Job()
+        job.opt = Changing(job.opt.param_groups, lr=1e-2)
+        job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
+        kinds, _, msgs = run_loop(name, job, 4)
+        if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
+                                              for m in msgs):
+            return f"{name} the gradients in the step: kinds {kinds}, warnings {msgs}"
 
 
 T.run("gradients replaced by a later trusted hook: recorded as the step used them, "
