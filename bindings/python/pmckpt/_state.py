@@ -603,7 +603,8 @@ class Flattener:
         else:
             now = tuple(v)
             # equal keys of other types (True == 1 == 1.0) are written otherwise
-            if now != m.keys or tuple(map(type, now)) != m.key_types:
+            # (the types first: a key that is a tensor is not compared, == is elementwise)
+            if tuple(map(type, now)) != m.key_types or now != m.keys:
                 return False
             values = tuple(v.values())
         leaf = m.leaf
@@ -630,7 +631,7 @@ class Flattener:
                     now = tuple(t)
                 else:
                     now = tuple(t)
-                    if now != cm.keys or tuple(map(type, now)) != cm.key_types:
+                    if tuple(map(type, now)) != cm.key_types or now != cm.keys:
                         return False
                     now = tuple(t.values())
                 if tuple(map(type, now)) != leaf[1] or now != leaf[0]:

@@ -284,15 +284,17 @@ class GradientLog:
         the optimizer's state tensors, with the identities of the states and their
         tensors: an in-place change outside optimizer.step() shows there (not one
         through .data), as does a state moved or a tensor replaced."""
-        state = self.optimizer.state
-        tensors = [v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-        # (the state's own order: no lookup by parameter, whose hash is a Python call)
+        # The parameters with a state, in the state's own order (no lookup by parameter,
+        # whose hash is a Python call); not the empty ones, which a mere read of the
+        # defaultdict (opt.state[p] in a logging callback) adds
+        held = [(p, s) for p, s in self.optimizer.state.items() if s]
+        keys, states = zip(*held) if held else ((), ())
+        tensors = [v for s in states for v in s.values() if isinstance(v, torch.Tensor)]
         return (list(map(_version, params)),
                 list(map(id, params)),  # which parameters (one replaced shows)
                 # which parameter has which state (the object: one moved to another
                 # parameter shows), holding how many values
-                list(map(id, state)), list(map(id, state.values())),
-                list(map(len, state.values())),
+                list(map(id, keys)), list(map(id, states)), list(map(len, states)),
                 # its tensors' versions, and which tensors (one replaced at the same
                 # version shows)
                 list(map(_version, tensors)), list(map(id, tensors)))

@@ -433,6 +433,28 @@ def t_sparse_grads():
 T.run("sparse gradients: whole states, with a warning", t_sparse_grads)
 
 
+def t_state_read():
+    """The optimizer's state of a parameter that has none read after the step (a
+    logging callback's opt.state[p]: the defaultdict adds an empty state): not a change,
+    so the steps are still recorded in turn, without a warning, and replayed bit-exact."""
+    job = Job()
+
+    def state_fn(j):
+        j.opt.state[j.unused].get("step")  # `unused` never has a gradient, nor a state
+        return Job.state(j)
+
+    def forget(j):  # and a new empty one made at every step: gone before the step
+        j.opt.state.pop(j.unused, None)
+    kinds, want, msgs = run_loop("stateread", job, 4, state_fn=state_fn, before_step=forget)
+    if kinds != ["state", "record"] * 2 or msgs:
+        return f"kinds {kinds}, warnings {msgs}"
+    return replayed_as("stateread", want)
+
+
+T.run("an empty optimizer state made by reading it after the step: records as before, "
+      "replayed bit-exact", t_state_read)
+
+
 def t_add_param_group():
     """A parameter group added between the whole state and the record: saved whole."""
     job = Job()

@@ -363,6 +363,19 @@ def test_memo():
         else:
             return f"a meta tensor at a remembered key path was declared ({st})"
 
+    # A key that is a tensor (refused) where the memo has a dict of str keys: refused
+    # alike (not an error of comparing it, elementwise, to a key of the memo's).
+    memo = encoded({"k": {0: 1, 1: 2}, "l": {"m": {0: 1}}})[2]
+    for st in ({"k": {torch.ones(3): 1, 1: 2}, "l": {"m": {0: 1}}},
+               {"k": {0: 1, 1: 2}, "l": {"m": {torch.ones(3): 1}}}):
+        try:
+            encoded(st, memo)
+        except pmckpt.UnsupportedObjectError as e:
+            if "key" not in str(e):
+                return f"a tensor key: {e}"
+        else:
+            return "a tensor key was encoded"
+
 
 def test_memo_fuzz():
     """Random small states whose key paths collide ("a/b" and "a" -> "b", 0 and "0"),
