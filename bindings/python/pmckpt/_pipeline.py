@@ -544,8 +544,10 @@ class _Pipeline:
             n = len(layout.rows)  # the sources, then the metadata (_put_meta sets it)
             # Each tensor's address as the encode read it, for the sources (most are the
             # tensors themselves) and for the handle's map of the tensors the hooks wait
-            # for: no pass over the tensors here
-            ptrs = prep.ptrs
+            # for: no pass over the tensors here.  Not for a queued save, begun after its
+            # call: a tensor's memory may have been replaced since (t.data = ...), and
+            # what is begun now reads what the tensor holds now.
+            ptrs = prep.ptrs if handle is None else list(map(_data_ptr, prep.tensors))
             if prep.dense and all(map(operator.is_, srcs, prep.tensors)):
                 arr = (c_void_p * n)(*ptrs)  # (in C: ~1170 tensors a save)
             else:

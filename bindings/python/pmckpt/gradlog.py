@@ -286,8 +286,9 @@ class GradientLog:
         through .data), as does a state moved or a tensor replaced."""
         # The parameters with a state, in the state's own order (no lookup by parameter,
         # whose hash is a Python call); not the empty ones, which a mere read of the
-        # defaultdict (opt.state[p] in a logging callback) adds
-        held = [(p, s) for p, s in self.optimizer.state.items() if s]
+        # defaultdict (opt.state[p] in a logging callback) adds, nor values that are not
+        # dicts (an optimizer's own counter under a key of its own)
+        held = [(p, s) for p, s in self.optimizer.state.items() if s and isinstance(s, dict)]
         keys, states = zip(*held) if held else ((), ())
         tensors = [v for s in states for v in s.values() if isinstance(v, torch.Tensor)]
         return (list(map(_version, params)),
@@ -371,7 +372,7 @@ class GradientLog:
         optimizer's step produces, its other tensors copied; None if it cannot be."""
         opt = self.optimizer
         index = {_key(p): i for i, p in enumerate(params)}
-        opt_tensors = [v for s in opt.state.values() for v in s.values()
+        opt_tensors = [v for s in opt.state.values() if isinstance(s, dict) for v in s.values()
                        if isinstance(v, torch.Tensor)]
         opt_ids = {id(v) for v in opt_tensors}
         opt_keys = None  # their _key()s, made only if a state_dict holds other objects

@@ -22,7 +22,10 @@ def _optimizer_tensors(opt):
     every step, the state's own order, without a lookup by parameter, whose hash
     is a Python call)."""
     tensors = [p for group in opt.param_groups for p in group["params"]]
-    tensors += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    # (a state that is not a dict: an optimizer's own counter under a key of its own,
+    # which torch's state_dict() allows)
+    tensors += [v for s in opt.state.values() if isinstance(s, dict) for v in s.values()
+                if isinstance(v, torch.Tensor)]
     return tensors
 
 

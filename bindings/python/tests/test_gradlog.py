@@ -455,6 +455,35 @@ T.run("an empty optimizer state made by reading it after the step: records as be
       "replayed bit-exact", t_state_read)
 
 
+def t_state_counter():
+    """An optimizer that keeps a counter of its own in its state, under a key that is
+    not a parameter (torch's state_dict() allows it): its hooks and GradientLog's take
+    it as it is; records in turn, replayed bit-exact (the step counts in the replay too)."""
+    class Counting(torch.optim.AdamW):
+        def step(self, closure=None):
+            self.state["n_updates"] = self.state.get("n_updates", 0) + 1
+            return super().step(closure)
+    job = Job()
+    job.opt = Counting(job.opt.param_groups, lr=1e-2)
+    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
+    kinds, want, msgs = run_loop("counter", job, 4)
+    if kinds != ["state", "record"] * 2 or msgs:
+        return f"kinds {kinds}, warnings {msgs}"
+    if want["optim"]["state"].get("n_updates") != 4:
+        return f"the counter: {want['optim']['state'].get('n_updates')}"
+    job = Job(seed=99)  # a replay needs the same optimizer (its step counts)
+    job.opt = Counting(job.opt.param_groups, lr=1e-2)
+    with open_log("counter", job) as log:
+        sd = log.load()
+        if not log.last_recovery["replayed"]:
+            return f"not replayed: {log.last_recovery}"
+    return same(want, sd)
+
+
+T.run("an optimizer's own counter in its state (not a parameter's): records in turn, "
+      "replayed bit-exact", t_state_counter)
+
+
 def t_add_param_group():
     """A parameter group added between the whole state and the record: saved whole."""
     job = Job()

@@ -6,6 +6,7 @@ each a clear exception, after which the previous checkpoint still loads."""
 import collections
 import ctypes
 import enum
+import gc
 import json
 import os
 import random
@@ -761,6 +762,9 @@ def test_hook_waits_only_own_layers():
     x = torch.randn(8, 16)
     m(x).sum().backward()
     o1.step(), o2.step()
+    # a counter of the optimizer's own in its state, not a parameter's (torch's state_dict()
+    # allows it): not a dict of tensors, passed over by the hook
+    o2.state["n_updates"] = 1
     st = {"model": m.state_dict(), "o1": o1.state_dict(), "o2": o2.state_dict()}
     log = []
     with pmckpt.Store(name="own", ramdisk=D) as s:
@@ -780,6 +784,33 @@ def test_hook_waits_only_own_layers():
     bn = sorted({lay[f"model/{i}.running_mean"] for i in (1, 4, 7)})
     if sorted({l for ls in log[1:] for l in ls}) != bn:
         return f"forward waited for {log[1:]}, the BatchNorm layers are {bn}"
+
+
+def test_queue_memory_replaced():
+    """on_busy='queue': a queued save whose tensor's memory is replaced before it begins
+    (t.data = ..., the old memory freed) writes what the tensor holds when it begins,
+    as before a save's addresses were taken from its encode (it read the freed memory)."""
+    big = 48 << 20  # float32 elements: 192 MB, so that the first save is still in flight
+    for attempt in range(3):
+        w1, w2, new = torch.ones(big), torch.full((big,), 2.0), torch.full((big,), 7.0)
+        s = pmckpt.Store(name=f"qdata{attempt}", ramdisk=D, on_busy="queue", threads=1)
+        try:
+            s.save_async({"w": w1}, 1)
+            h = s.save_async({"w": w2}, 2)
+            w2.data = new  # the old memory freed: w2 held the only reference
+            # queued, and not begun yet: the first save has not committed
+            queued = h._queued is not None and not h._queued.settled
+            s.wait()
+            got = s.load(step=2)["w"]
+        finally:
+            s.destroy()
+        del w1, new
+        if queued:
+            if not torch.equal(got, w2):
+                return f"the queued save wrote {got[:3].tolist()}..., not the tensor's new memory"
+            return None
+    T.diag("the second save never queued behind the first (too fast a machine?)")
+    return None
 
 
 def test_queue_policy():
@@ -850,8 +881,14 @@ def test_skip_policy():
     # even on a loaded 2-core machine (64 MiB once was not)
     st = {"model": {f"w{i}": torch.randn(2048, 2048) for i in range(16)}}
     with pmckpt.Store(name="skip", ramdisk=D, on_busy="skip") as s:
-        h1 = s.save_async(st, 1)
-        h2 = s.save_async(st, 2)  # at once: the first is still being written
+        # The collector off across both calls: a full collection of the test's heap set
+        # off at the end of the first (~0.1-0.3 s) outlasted its writes
+        gc.disable()
+        try:
+            h1 = s.save_async(st, 1)
+            h2 = s.save_async(st, 2)  # at once: the first is still being written
+        finally:
+            gc.enable()
         if not h2.skipped:
             return "the second checkpoint was not skipped"
         h2.wait()  # a skipped checkpoint has nothing to wait for
@@ -1910,10 +1947,13 @@ T.run("a CUDA state's host tensors are packed into one buffer, each at its align
       "those on another device copied to the path's", test_pack_host)
 T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied, "
       "with a GpuMemoryWarning", test_pipeline_enomem_retry)
-T.run("an optimizer waits only for its own parameters' layers, forward for buffers",
+T.run("an optimizer waits only for its own parameters' layers (an optimizer's own counter in "
+      "its state passed over), forward for buffers",
       test_hook_waits_only_own_layers)
 T.run("on_busy='queue': save_async returns at once, the checkpoint begins when the one "
       "in flight ends, each equal to its state", test_queue_policy)
+T.run("on_busy='queue': a tensor's memory replaced before its queued save begins: the new "
+      "memory written", test_queue_memory_replaced)
 T.run("on_busy='skip' skips a checkpoint while one is in flight, keeping the last",
       test_skip_policy)
 T.run("unsupported objects: nothing written, the previous checkpoint loads", test_unsupported)
