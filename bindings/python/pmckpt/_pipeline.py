@@ -363,15 +363,15 @@ class _PendingSave:
 class _Prepared:
     """A state_dict turned into store tensors and a metadata document, checked."""
 
-    def __init__(self, fl, layers, doc, binary=b"", extra_capacity=0):
+    def __init__(self, fl, layers, doc, binary=b"", extra_capacity=0, dense=False):
         self.entries = fl.entries  # the store tensors' Entries, in order
         self.tensors = fl.tensors  # each one's tensor, the caller's
         self.ptrs = fl.ptrs  # each one's data_ptr() (Flattener.ptrs)
         self.sources = fl.srcs  # each one's source (Flattener.srcs)
         self.staged = fl.staged  # CUDA tensors' sources are host copies (stage_cuda)
         self.layers = layers  # each one's layer (entry_layers)
-        # every entry is written from its tensor's own memory and has bytes (_dense_of)
-        self.dense = False
+        # every entry is written from its tensor's own memory and has bytes (the plan's)
+        self.dense = dense
         self.doc = doc
         self.binary = binary
         self.extra_capacity = extra_capacity  # room for a binary part known only later (DCP)
@@ -402,14 +402,13 @@ class _Pipeline:
         self._memo = fl.memo  # the next save's fast path (Flattener's memo)
         # Layers now, not at the begin: a queued save's handle (on_busy='queue') maps
         # each source to its layer for the hooks before the checkpoint begins.
-        layers = self._layers_of(fl.entries)
+        layers, dense = self._layers_of(fl.entries)
         gpu_path = fl.cuda_device is not None and self._gpu_path(fl.cuda_device)
         if fl.cuda_device is not None and not gpu_path:
             fl.stage_cuda()
         doc = {"format": FORMAT, "kind": kind, "step": step, "torch": torch.__version__,
                "tree": tree, "tensors": fl.tensors_json()}
-        prep = _Prepared(fl, layers, doc, extra_capacity=extra_capacity)
-        prep.dense = self._dense_of(fl.entries, layers)
+        prep = _Prepared(fl, layers, doc, extra_capacity=extra_capacity, dense=dense)
         prep.gpu = fl.cuda_device if gpu_path else None  # the device the GPU path writes from
         return prep
 
@@ -417,25 +416,17 @@ class _Pipeline:
     # again only when they are not the same Entries in the same order (a Flattener memo
     # hands the same Entry objects to every save of an unchanged state):
     # (entries, their layers, their Layout or None until made, the sorted layer numbers,
-    # whether they are dense: _dense_of).
+    # whether every entry is written from its tensor's own memory and has bytes).
 
     def _layers_of(self, entries):
-        """entry_layers(entries), the last save's list if the entries are the same."""
+        """(entry_layers(entries), whether every entry is zero copy with bytes), the
+        last save's if the entries are the same."""
         plan = self._plan
-        if plan is not None and plan[0] == entries:  # Entry objects: compared by identity
-            return plan[1]
-        layers = entry_layers(entries)
-        self._plan = (entries, layers, None, sorted(set(layers)),
-                      all(e.zero_copy and e.nbytes for e in entries))
-        return layers
-
-    def _dense_of(self, entries, layers):
-        """Whether every entry is written from its tensor's own memory (zero copy)
-        and has bytes, the last save's answer if its plan is theirs."""
-        plan = self._plan
-        if plan is not None and plan[1] is layers:
-            return plan[4]
-        return all(e.zero_copy and e.nbytes for e in entries)
+        if plan is None or plan[0] != entries:  # Entry objects: compared by identity
+            layers = entry_layers(entries)
+            plan = self._plan = (entries, layers, None, sorted(set(layers)),
+                                 all(e.zero_copy and e.nbytes for e in entries))
+        return plan[1], plan[4]
 
     def _layout_of(self, prep, capacity):
         """Layout.of(prep's entries, layers, capacity), the last save's if the same."""

@@ -620,21 +620,7 @@ class Flattener:
         for pos, then, e, cm in m.slots:
             t = values[pos]
             if cm is not None:
-                leaf = cm.leaf
-                if leaf is None or type(t) is not cm.type:
-                    if not self._check(t, cm, found, keys):
-                        return False
-                    continue
-                # a container of atoms (a module's _metadata entry): checked here, as
-                # _check would, without a call for each of the ~300 of a GPT-2 medium
-                if cm.keys is None:
-                    now = tuple(t)
-                else:
-                    now = tuple(t)
-                    if tuple(map(type, now)) != cm.key_types or now != cm.keys:
-                        return False
-                    now = tuple(t.values())
-                if tuple(map(type, now)) != leaf[1] or now != leaf[0]:
+                if not self._check(t, cm, found, keys):
                     return False
                 continue
             tt = type(t)

@@ -254,6 +254,14 @@ T.run("two steps since the whole state, a closure, gradients zeroed in place: sa
       "bit-exact", t_fallbacks)
 
 
+def with_optimizer(job, cls):
+    """job with an optimizer of class cls (an AdamW subclass) over its parameter
+    groups, and a constant learning rate."""
+    job.opt = cls(job.opt.param_groups, lr=1e-2)
+    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
+    return job
+
+
 def run_loop(name, job, steps, step_fn=None, before_step=None, state_fn=None, **kw):
     """Trains and saves every step (with a custom step call or a change before it, the
     state made by state_fn); (kinds, the state of the last step, GradientLog's warnings)."""
@@ -358,10 +366,7 @@ def t_hook_after_changes_grads():
                             if p.grad is not None:
                                 change(p)
                 return super().step(closure)
-        job = Job()
-        job.opt = Changing(job.opt.param_groups, lr=1e-2)
-        job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
-        kinds, _, msgs = run_loop(name, job, 4)
+        kinds, _, msgs = run_loop(name, with_optimizer(Job(), Changing), 4)
         if kinds != ["state"] * 4 or not any("replaced or changed during the step" in m
                                               for m in msgs):
             return f"{name} the gradients in the step: kinds {kinds}, warnings {msgs}"
@@ -463,16 +468,12 @@ def t_state_counter():
         def step(self, closure=None):
             self.state["n_updates"] = self.state.get("n_updates", 0) + 1
             return super().step(closure)
-    job = Job()
-    job.opt = Counting(job.opt.param_groups, lr=1e-2)
-    job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda k: 1.0)
-    kinds, want, msgs = run_loop("counter", job, 4)
+    kinds, want, msgs = run_loop("counter", with_optimizer(Job(), Counting), 4)
     if kinds != ["state", "record"] * 2 or msgs:
         return f"kinds {kinds}, warnings {msgs}"
     if want["optim"]["state"].get("n_updates") != 4:
         return f"the counter: {want['optim']['state'].get('n_updates')}"
-    job = Job(seed=99)  # a replay needs the same optimizer (its step counts)
-    job.opt = Counting(job.opt.param_groups, lr=1e-2)
+    job = with_optimizer(Job(seed=99), Counting)  # a replay needs the same optimizer
     with open_log("counter", job) as log:
         sd = log.load()
         if not log.last_recovery["replayed"]:
