@@ -58,7 +58,10 @@ skips where there is no GPU):
          gpu_train_gradlog_{,snapshot_,queue_snapshot_}every_step_vs_none_b8
          and gpu_train_gradlog_{,snapshot_}every_step_vs_whole_states_b8
          (pmgl, pmglsnap, pmglqsnap: pmckpt.GradientLog, a whole state and
-         the next step's gradients in turn)   from bench_train.py
+         the next step's gradients in turn),
+         gpu_train_gradlog_k3_queue_snapshot_every_step_vs_{none,k1}_b8
+         (pmglqsnapk3: chains of three records after each whole state)
+                                               from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
 ratio: gpu_load_verify_vs_early_copies says which part of load(into=) bounds
@@ -331,7 +334,7 @@ def main():
                     help="bench_train.py configurations at batch 32 (--b32= for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
                     "pmq_every1,pmqsnap_every1,pmqsnap_every10,pmgl_every1,pmglsnap_every1,"
-                    "pmglqsnap_every1,dcp_every1",
+                    "pmglqsnap_every1,pmglqsnapk3_every1,dcp_every1",
                     help="bench_train.py configurations at batch 8")
     a = ap.parse_args()
     dev = torch.device(a.device)
@@ -566,8 +569,11 @@ def main():
         for line in out.stdout.splitlines():
             w = line.split()
             if line.startswith("ratio: "):
-                # a name bench_gpu does not map is passed through with the batch
-                name = names.get((batch, w[1]), f"gpu_{w[1]}_b{batch}")
+                # a name bench_gpu does not map is passed through with the batch (a
+                # GradientLog chain's, train_tput_gradlog_kN_..., as gpu_train_gradlog_kN_...)
+                name = names.get((batch, w[1]), "gpu_" + (
+                    w[1].replace("_tput", "", 1) if w[1].startswith("train_tput_gradlog_k")
+                    else w[1]) + f"_b{batch}")
                 print(f"ratio: {name} {' '.join(w[2:])}")
             elif line.startswith("bench: config "):
                 print(f"bench: b{batch} {line[len('bench: '):]}")

@@ -11,8 +11,9 @@ is the data loader's position.  A checkpoint holds model, optimizer,
 scheduler, step, the generator's state and torch's RNG state.
 
 A run of one configuration: a fresh model from the same seed, --warmup steps
-(each checkpointing configuration checkpoints once in them, so stores, pools,
-files and directories exist and the first-time costs are paid), everything in
+(each checkpointing configuration checkpoints once in them, into each of its
+stores, so stores, pools, files and directories exist and the first-time costs
+are paid; more steps where a configuration has more stores than that allows), everything in
 flight waited for, then --steps measured steps.  Checkpoints fall inside the
 measured window (every 10: at measured steps 5, 15, ...), and whatever is in
 flight at its end is not waited for: a steady state.  tokens/s = tokens of the
@@ -44,6 +45,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   pmgl_every1, pmglsnap_every1, pmglqsnap_every1  pmckpt.GradientLog (a whole
                   state and the next step's gradients in turn, fewer bytes a
                   step), as pm, pmsnap and pmqsnap
+  pmglkN_every1, pmglsnapkN_every1, pmglqsnapkN_every1  the same with chains of
+                  N records after each whole state (GradientLog(records_per_state=N))
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   NAME:block, NAME:dh, NAME:sub8  CUDA: any of these with the writers
                   sleeping while they wait for their copies (PMCK_GPU_WAIT=block;
@@ -82,6 +85,7 @@ import io
 import math
 import os
 import pstats
+import re
 import shutil
 import statistics
 import sys
@@ -407,6 +411,7 @@ class GradLogCkpt(PmCkpt):
     def open(self, a, job, name, shared, group, store_kw):
         self.log = pmckpt.GradientLog(job.opt, name=name, ramdisk=a.pm_dir, **store_kw)
         self.store = self.log.store
+        self.stores = 1 + len(self.log.record_stores)  # for the warm-up
         return self.log
 
     def drain(self):
@@ -414,14 +419,15 @@ class GradLogCkpt(PmCkpt):
 
     def stats(self):
         out = PmCkpt.stats(self)
-        for k, v in PmCkpt.stats(self, self.log.records).items():
-            if k not in ("call_s", "state_s"):
-                out[k] = out.get(k, 0) + v
+        for records in self.log.record_stores:
+            for k, v in PmCkpt.stats(self, records).items():
+                if k not in ("call_s", "state_s"):
+                    out[k] = out.get(k, 0) + v
         out["records"] = self.log.records_saved
         return out
 
     def close(self):
-        paths = (self.log.store.region_path, self.log.records.region_path)
+        paths = [st.region_path for st in (self.log.store,) + self.log.record_stores]
         self.log.destroy()
         restore_env(self.env)
         for p in paths:
@@ -518,9 +524,14 @@ def make_ckpt(cfg, a, job, name, group=None):
     if kind == "pmqsnap":  # both
         return PmCkpt(a, job, every, name, group=group, on_busy="queue", gpu_source="snapshot",
                       **kw)
-    if kind in ("pmgl", "pmglsnap", "pmglqsnap"):  # GradientLog: states and records in turn
-        extra = {"pmgl": {}, "pmglsnap": dict(gpu_source="snapshot"),
-                 "pmglqsnap": dict(gpu_source="snapshot", on_busy="queue")}[kind]
+    gl = re.fullmatch(r"pmgl(q?)(snap)?(?:k([1-9][0-9]*))?", kind)
+    if gl:  # GradientLog: states and records in turn
+        queue, snap, k = gl.groups()
+        extra = dict(records_per_state=int(k or 1))
+        if snap:
+            extra["gpu_source"] = "snapshot"
+        if queue:
+            extra["on_busy"] = "queue"
         return GradLogCkpt(a, job, every, name, **extra, **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
         return PmCkpt(a, job, every, name, group=group, threads=1)
@@ -592,7 +603,9 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         raise
     main = threading.get_native_id()
     try:
-        for i in range(a.warmup):
+        # every store of the configuration has saved once (GradientLog's chain of N
+        # records: N + 1 stores, one checkpoint each a step from the second step)
+        for i in range(max(a.warmup, getattr(ck, "stores", 1) + 1)):
             job.train_step()
             if ck.every and (i == 1 or (ck.every == 1 and i > 1)):
                 ck.save(job)
@@ -853,6 +866,12 @@ def main():
         if cfg.endswith(":dh"):
             ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
                   R)
+        gl = re.fullmatch(r"pmgl(q?)(snap)?k([1-9][0-9]*)(_every1)", cfg)
+        if gl:  # chains of N records: against none, and against chains of one
+            kind = "_".join(x for x in ("queue" if gl[1] else "", gl[2] and "snapshot") if x)
+            name = f"train_tput_gradlog_k{gl[3]}_{kind + '_' if kind else ''}every_step"
+            ratio(f"{name}_vs_none", cfg, "none", R)
+            ratio(f"{name}_vs_k1", cfg, f"pmgl{gl[1]}{gl[2] or ''}_every1", R)
     bench_ratio = [("dcp_async_every_step_vs_none", "dcp_every1"),
                    ("dcp_async_every10_vs_none", "dcp_every10"),
                    ("torch_save_every10_vs_none", "tsave_every10")]

@@ -1,28 +1,31 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""pmckpt.GradientLog: a checkpoint every step, every other one as the step's gradients.
+"""pmckpt.GradientLog: a checkpoint every step, most of them as the step's gradients.
 
 A checkpoint of a training state is mostly the parameters and the optimizer's
 state (Adam: two moments), which the next optimizer step rewrites in full.
 When a step's state is known, the next one follows from it and that step's
 gradients alone: the optimizer's step is a function of its state, its
 parameter groups (the learning rate the scheduler set), the parameters and
-their gradients.  So GradientLog alternates:
+their gradients.  So GradientLog saves chains of K + 1 steps
+(records_per_state=K, 1 by default):
 
-  step t-1: the whole state, into a Store (two slots, as Store.save_async);
-  step t:   a *record*: the gradients optimizer.step() used at step t, and
-            everything of the state that the step does not produce (buffers,
-            the scheduler, RNG states, counters, any tensor that is not a
-            parameter or the optimizer's state), into a second Store;
-  step t+1: the whole state again, and so on.
+  step t:       the whole state, into a Store (two slots, as Store.save_async);
+  step t+i:     for i = 1..K, a *record*: the gradients optimizer.step() used
+                at step t+i, and everything of the state that the step does not
+                produce (buffers, the scheduler, RNG states, counters, any
+                tensor that is not a parameter or the optimizer's state), into
+                the i-th records' Store;
+  step t+K+1:   the whole state again, and so on.
 
 A record is a third of the bytes of the whole state for Adam (a parameter's
 gradient against the parameter and its two moments), so a checkpoint every
-step moves about two thirds of the bytes of whole states every step.  load()
-loads the newest whole state and, if the record of the step after it belongs
-to it, replays that step with the caller's optimizer: the result is the state
-of step t.  A record names the whole state it follows by a random id kept in
-both, so a record never applies to another state of the same step number (a
-rerun after a restart, whose steps differ on a GPU).
+step moves (1 + K/3) / (1 + K) of the bytes of whole states every step: two
+thirds with K = 1, half with K = 3.  load() loads the newest whole state and
+replays, with the caller's optimizer, the records of the steps after it that
+belong to it, in order, up to the first missing one: the result is the state
+of the newest of them.  A record names the whole state it follows by a random
+id kept in both, so a record never applies to another state of the same step
+number (a rerun after a restart, whose steps differ on a GPU).
 
 The replay is exact when the optimizer's step is deterministic and a function
 of those inputs alone (its state, the parameter groups it ran with, the
@@ -31,9 +34,9 @@ implementation (foreach or fused: param_groups carry the flags) on the same
 kind of device; the replay runs the step function without the step hooks.
 What the hooks can see breaks that condition makes the step a whole state,
 with a warning once per reason: a closure (LBFGS), GradScaler's fused
-unscaling, sparse gradients, more than one step since the whole state,
+unscaling, sparse gradients, more than one step since the last checkpoint,
 gradients replaced or changed in place during or after the step, parameters
-or optimizer state changed in place outside the step (their version
+or optimizer state changed in place outside the steps (their version
 counters), a parameter group added, other step hooks (unless
 trust_step_hooks), a state_dict without the optimizer's state_dict() or one
 of its parameters.  Changes made through .data are not seen
@@ -44,6 +47,7 @@ import copy
 import functools
 import itertools
 import operator
+import os
 import secrets
 import sys
 import warnings
@@ -88,13 +92,14 @@ class GradientLogHandle:
     """A checkpoint of GradientLog.save_async in flight.  kind: "state" (the
     whole state) or "record" (the step's gradients).  wait() returns once the
     step can be loaded: its checkpoint, and for a record the whole state it
-    follows, committed and durable; raises the failure of either."""
+    follows and the records between them, committed and durable; raises the
+    failure of any of them."""
 
-    def __init__(self, step, kind, handle, base=None):
+    def __init__(self, step, kind, handle, bases=()):
         self.step = step
         self.kind = kind
         self._handle = handle
-        self._base = base  # a record: the SaveHandle of the state it follows
+        self._bases = tuple(bases)  # a record: the SaveHandles of the state and records before
 
     @property
     def skipped(self):
@@ -102,12 +107,33 @@ class GradientLogHandle:
 
     @property
     def done(self):
-        return self._handle.done and (self._base is None or self._base.done)
+        return self._handle.done and all(b.done for b in self._bases)
 
     def wait(self):
         self._handle.wait()
-        if self._base is not None:
-            self._base.wait()
+        for b in self._bases:
+            b.wait()
+
+
+class _Chain:
+    """The whole state that records may follow, and the records saved after it."""
+
+    __slots__ = ("step", "id", "handle", "shape", "handles", "last_step", "last_versions")
+
+    def __init__(self, step, base_id, handle, shape, versions):
+        self.step = step  # the whole state's
+        self.id = base_id  # its random id, kept in each record of the chain
+        self.handle = handle  # its SaveHandle
+        self.shape = shape  # (parameter groups, parameters) of the optimizer then
+        self.handles = [handle]  # the state's SaveHandle and each record's, in order
+        # the step of the chain's last checkpoint (the state or a record), and the version
+        # counters _versions() gave then: the next step must begin from those
+        self.last_step = step
+        self.last_versions = versions
+
+    @property
+    def records(self):
+        return len(self.handles) - 1
 
 
 _ATOMS = (int, float, str, bool, type(None))
@@ -122,6 +148,23 @@ def _group_value_copy(v):
     if isinstance(v, torch.Tensor):
         return v.detach().clone()
     return copy.deepcopy(v)
+
+
+def _record_paths(path, records_path, k):
+    """The records' stores' files or devices, one for each of the k positions (None
+    each on a ramdisk); ValueError where records_path does not give k distinct ones."""
+    if records_path is None:
+        return [None] * k
+    paths = [records_path] if isinstance(records_path, (str, bytes, os.PathLike)) \
+        else list(records_path) if isinstance(records_path, (list, tuple)) else None
+    if paths is None or len(paths) != k or \
+            not all(isinstance(p, (str, bytes, os.PathLike)) for p in paths):
+        raise ValueError(f"records_path: {k} file(s) or device(s), one for each record after "
+                         f"a whole state (records_per_state={k}), not {records_path!r}")
+    names = [os.path.abspath(os.fsdecode(p)) for p in [path] + paths]
+    if len(set(names)) != len(names):
+        raise ValueError("path and each of records_path must be different files or devices")
+    return paths
 
 
 def _key(t):
@@ -146,7 +189,7 @@ def _fill(tree, fills, path=()):
 
 
 class GradientLog:
-    """Checkpoints of a training state every step, every other one as the
+    """Checkpoints of a training state every step, K of every K + 1 as the
     step's gradients (the module's documentation says how and when).
 
     optimizer: the torch.optim.Optimizer whose steps are recorded; step hooks
@@ -155,13 +198,22 @@ class GradientLog:
     after the other pre-hooks), a post-hook that checks the step used them,
     and hook_optimizer's, which makes the step wait for the whole state in
     flight, as for Store.save_async.
+    records_per_state: K >= 1, the records saved after each whole state (each
+    a step).  A larger K moves fewer bytes a step and makes a load replay up
+    to K steps; each position in the chain has a records' store of its own
+    (two slots, as every store), so the records take K times the memory, and
+    a record's gradients stay allocated until its store begins its next
+    record, K + 1 steps later (on a GPU, device memory as large as the
+    parameters for each position).
     name, path, and the other keywords: those of Store, for the store of
-    whole states (name) and the store of records (name + "-grads", in the
-    same ramdisk directory; on PM, records_path is its own file or device).
-    Not with group= or partner=: a record is one rank's.  shared_dir copies
-    out the whole states only.  The records' store writes from the GPU with
-    gpu_source "direct" where the whole states' use "snapshot" (nothing
-    changes a record's sources), and without snapshots on wait.
+    whole states (name) and the records' stores (name + "-grads" for the
+    first record after a whole state, name + "-grads2" ... for the others;
+    in the same ramdisk directory; on PM, records_path: one file or device,
+    or with K > 1 a sequence of K, one for each position).  Not with group=
+    or partner=: a record is one rank's.  shared_dir copies out the whole
+    states only.  The records' stores write from the GPU with gpu_source
+    "direct" where the whole states' use "snapshot" (nothing changes a
+    record's sources), and without snapshots on wait.
 
     trust_step_hooks: the optimizer's other step hooks (and global ones) change
     neither parameters nor optimizer state, so a replay need not run them.
@@ -176,13 +228,17 @@ class GradientLog:
     writes new gradients while the recorded ones are copied out."""
 
     def __init__(self, optimizer, *, name="default", path=None, records_path=None,
-                 trust_step_hooks=False, **store_kw):
+                 records_per_state=1, trust_step_hooks=False, **store_kw):
         if store_kw.get("group") not in (None, False) or store_kw.get("partner"):
             raise ValueError("GradientLog keeps one rank's records: not with group= or "
                              "partner= (use Store for multi-rank checkpoints)")
+        if type(records_per_state) is not int or records_per_state < 1:
+            raise ValueError(f"records_per_state must be an int >= 1, not "
+                             f"{records_per_state!r}")
         if (path is None) != (records_path is None):
             raise ValueError("on PM, give path for the whole states and records_path for "
                              "the records (two files or devices); on a ramdisk, neither")
+        record_paths = _record_paths(path, records_path, records_per_state)
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer")
         self.optimizer = optimizer
@@ -193,31 +249,38 @@ class GradientLog:
                   if k not in ("shared_dir", "keep", "copyout_every", "gpu_snapshot_on_wait")}
         if rec_kw.get("gpu_source") == "snapshot":
             rec_kw["gpu_source"] = "direct"
+        stores = []
         try:
-            self.records = Store(records_path, name=f"{name}-grads", **rec_kw)
+            for i, rp in enumerate(record_paths):
+                stores.append(Store(rp, name=f"{name}-grads{i + 1 if i else ''}", **rec_kw))
         except BaseException:
-            self.store.close()
+            for st in [self.store] + stores:
+                st.close()
             raise
+        # the records' stores, one for each position in a chain (the i-th record after a
+        # whole state goes into record_stores[i - 1]); records: the first one's
+        self.record_stores = tuple(stores)
+        self.records = stores[0]
         self.trust_step_hooks = bool(trust_step_hooks)
         self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
                        optimizer.register_step_post_hook(self._post_step),
                        hook_optimizer(optimizer, self.store)]
         self._replaying = False
-        self._groups = None  # the parameter groups the step since the whole state ran with
+        self._groups = None  # the parameter groups the step since the last checkpoint ran with
         self._why_step = None  # why that step cannot be recorded
         self._warned = set()  # the reasons warned about (once each)
-        self._records_broken = None  # why the records' store cannot be read
-        self._stepped = None  # _versions() after the step since the whole state
+        k = len(stores)
+        self._records_broken = [None] * k  # why each records' store cannot be read
+        self._stepped = None  # _versions() after the step since the chain's last checkpoint
         self._depth = 0  # optimizer.step() calls in progress (a subclass calls its parent's)
         self._keep_previous = False  # a whole state failed: the next one guards the record
-        # (step, id, SaveHandle, _versions(), (groups, parameters)) of the whole state
-        # a record may follow
-        self._base = None
-        self._steps = 0  # optimizer steps since that state
+        self._base = None  # the _Chain a record may continue, None if none may
+        self._steps = 0  # optimizer steps since the chain's last checkpoint
         self._taken = None  # the gradients of the one step since, and their versions
         self._grad_pattern = None  # which parameters had gradients in the records saved
-        self._records_newest = False  # the records store's newest step (False: not read yet)
-        self._prev_record_base = None  # the SaveHandle of the last record's whole state
+        # each records' store's newest step (False: not read yet)
+        self._records_newest = [False] * k
+        self._prev_record_base = None  # the SaveHandle of the last chain's whole state
         self.last_recovery = None
         self.records_saved = 0
         self.states_saved = 0
@@ -235,7 +298,8 @@ class GradientLog:
             return  # a step called inside the step (a subclass's super().step())
         self._steps += 1
         self._taken = self._groups = None
-        if self._base is None or self._steps != 1:
+        chain = self._base
+        if chain is None or self._steps != 1:
             return  # this step cannot be a record: nothing to take
         params = self._params()
         if args and args[0] is opt:
@@ -245,12 +309,12 @@ class GradientLog:
         elif getattr(opt, "grad_scale", None) is not None or \
                 getattr(opt, "found_inf", None) is not None:
             self._why_step = "GradScaler passes its scale to the (fused) step"
-        elif (len(opt.param_groups), len(params)) != self._base[4]:
+        elif (len(opt.param_groups), len(params)) != chain.shape:
             self._why_step = ("the optimizer's parameter groups changed since the whole "
                               "state (add_param_group)")
-        elif self._versions(params) != self._base[3]:
+        elif self._versions(params) != chain.last_versions:
             self._why_step = ("parameters or optimizer state were changed in place since "
-                              "the whole state, outside optimizer.step()")
+                              "the last checkpoint, outside optimizer.step()")
         else:
             grads = list(map(_grad, params))
             if not {torch.strided}.issuperset(map(_layout, filter(_not_none, grads))):
@@ -322,18 +386,20 @@ class GradientLog:
     def _recordable(self, step, params):
         """The gradients of step `step` if it can be a record, else None (saying why,
         once per reason, where the loop would otherwise silently never record)."""
-        if self._base is None or self._base[0] != step - 1 or self._base[2].skipped:
+        chain = self._base
+        if chain is None or chain.last_step != step - 1 or chain.handle.skipped:
             return None
         if self._steps != 1:
             if self._steps > 1:
-                self._cannot(f"{self._steps} optimizer steps since the whole state: a record "
-                             "is one step, saved at the step after a whole state")
+                self._cannot(f"{self._steps} optimizer steps since the last checkpoint: a "
+                             "record is one step, saved at the step after a whole state or "
+                             "a record")
             return None
         if self._taken is None:
             return self._cannot(self._why_step)
         opt = self.optimizer
         shape = (len(opt.param_groups), len(params))
-        if shape != self._base[4] or len(self._groups) != shape[0] or \
+        if shape != chain.shape or len(self._groups) != shape[0] or \
                 len(self._taken[0]) != shape[1]:
             return self._cannot("the optimizer's parameter groups changed since the whole "
                                 "state (add_param_group)")
@@ -345,17 +411,20 @@ class GradientLog:
             return self._cannot(f"the optimizer has {n} step hook(s) besides GradientLog's, "
                                 "which a replay would not run again (trust_step_hooks=True "
                                 "if they change neither parameters nor optimizer state)")
-        if self._records_newest is False:
+        pos = chain.records  # this record's store: record_stores[pos]
+        if self._records_newest[pos] is False:
             try:
-                self._records_newest = self.records.newest_step()
+                self._records_newest[pos] = self.record_stores[pos].newest_step()
             except Error as e:
-                self._records_newest = None
-                self._records_broken = str(e)
-        if self._records_broken:
-            return self._cannot(f"the records' store is unusable ({self._records_broken}): "
-                                "remove its file")
-        if self._records_newest is not None and step <= self._records_newest:
-            return self._cannot(f"the records' store holds step {self._records_newest}, "
+                self._records_newest[pos] = None
+                self._records_broken[pos] = str(e)
+        store_name = self.record_stores[pos].name
+        if self._records_broken[pos]:
+            return self._cannot(f"the records' store is unusable ('{store_name}': "
+                                f"{self._records_broken[pos]}): remove its file")
+        newest = self._records_newest[pos]
+        if newest is not None and step <= newest:
+            return self._cannot(f"the records' store '{store_name}' holds step {newest}, "
                                 "after this one (the whole states' store was lost?): "
                                 "records again after that step")
         grads, versions = self._taken
@@ -466,16 +535,17 @@ class GradientLog:
 
     def save_async(self, state_dict, step):
         """Starts the checkpoint of step `step` (after this step's optimizer.step())
-        and returns a GradientLogHandle: a record of this step's gradients if the
-        whole state of step-1 was saved and this step can be recorded, else the
-        whole state.  The whole state's tensors must stay unchanged until their
-        layers are persisted (the optimizer's hook waits for them); a record's
-        gradients are taken from the parameters (copied first where they are views
-        of a shared buffer), its other tensors copied now.  A record waits for the
-        whole state of the record before it, if that one has not committed yet
-        (possible with on_busy="queue"): it overwrites the record that is the
-        newest loadable step until then.  If that whole state failed, this step
-        is saved whole instead."""
+        and returns a GradientLogHandle: a record of this step's gradients if
+        step-1 was saved as a whole state or a record of its chain, the chain has
+        fewer than records_per_state records, and this step can be recorded;
+        else the whole state.  The whole state's tensors must stay unchanged
+        until their layers are persisted (the optimizer's hook waits for them); a
+        record's gradients are taken from the parameters (copied first where they
+        are views of a shared buffer), its other tensors copied now.  A chain's
+        first record waits for the whole state of the chain before, if that one
+        has not committed yet (possible with on_busy="queue"): it overwrites the
+        record of the chain before that, the newest loadable step until then.  If
+        that whole state failed, this step is saved whole instead."""
         step = int(step)
         self._depth = 0  # not inside a step (one that raised left it counted)
         h = self._save_record(state_dict, step)
@@ -489,8 +559,8 @@ class GradientLog:
             # one, so it must wait for this whole state
             self._prev_record_base, self._keep_previous = h, False
         params = self._params()
-        self._base = (step, base_id, h, self._versions(params),
-                      (len(self.optimizer.param_groups), len(params)))
+        self._base = _Chain(step, base_id, h, (len(self.optimizer.param_groups), len(params)),
+                            self._versions(params))
         self._steps, self._taken = 0, None
         self._pre_hook_last()
         self.states_saved += not h.skipped
@@ -503,7 +573,9 @@ class GradientLog:
         if split is None:
             return None
         rest, paths, opt_path, copied = split
-        prev = self._prev_record_base
+        chain = self._base
+        pos = chain.records  # 0: the chain's first record
+        prev = self._prev_record_base if pos == 0 else None
         if prev is not None:
             try:
                 prev.wait()  # returns at once if it has committed
@@ -523,24 +595,31 @@ class GradientLog:
         # Gradients that are views of a buffer (DDP's gradient_as_bucket_view, contiguous
         # gradient buffers) are written again by the next backward: copy those now.
         sources = [g.detach().clone() if g is not None and g._is_view() else g for g in grads]
-        base_step, base_id, base_handle = self._base[:3]
-        rec = {"gradlog": {"version": _VERSION, "base": base_id, "base_step": base_step,
+        rec = {"gradlog": {"version": _VERSION, "base": chain.id, "base_step": chain.step,
+                           "position": pos + 1,
                            "nparams": len(grads), "params": paths, "optim": opt_path,
                            "devices": sorted({p.device.type for p in params})},
                "groups": self._groups, "grads": sources, "state": rest}
         try:
-            h = self.records.save_async(rec, step)
+            h = self.record_stores[pos].save_async(rec, step)
         except LayoutError:
             return self._cannot("a record of another structure than the records' store's", 4)
         self._grad_pattern = tuple(g is None for g in grads)
         for p, g in zip(params, grads):
             if p.grad is g:
                 p.grad = None  # the next backward makes new ones
-        self._base, self._steps, self._taken = None, 0, None
-        self._prev_record_base = base_handle
-        self._records_newest = step
+        bases = tuple(chain.handles)
+        chain.handles.append(h)
+        if h.skipped or chain.records == len(self.record_stores):
+            self._base = None  # the next step is a whole state: the chain is full or cut
+        else:
+            chain.last_step, chain.last_versions = step, self._stepped
+        self._steps, self._taken = 0, None
+        if pos == 0:
+            self._prev_record_base = chain.handle
+        self._records_newest[pos] = step
         self.records_saved += not h.skipped
-        return GradientLogHandle(step, "record", h, base_handle)
+        return GradientLogHandle(step, "record", h, bases)
 
     def save(self, state_dict, step):
         """save_async, then wait: returns once step `step` can be loaded."""
@@ -549,9 +628,15 @@ class GradientLog:
         return h
 
     def wait(self):
-        """Waits for both stores' checkpoints in flight; raises their failure."""
-        self.store.wait()
-        self.records.wait()
+        """Waits for every store's checkpoint in flight; raises the first failure."""
+        err = None
+        for st in (self.store,) + self.record_stores:
+            try:
+                st.wait()
+            except Error as e:
+                err = err or e
+        if err is not None:
+            raise err
 
     def hook_module(self, module):
         """pmckpt.hook_module for the whole states: each submodule with buffers
@@ -567,61 +652,83 @@ class GradientLog:
     def load(self, *, map_location=None, replay=True):
         """Returns the state_dict of the newest step that can be loaded.
 
-        The newest verified whole state; then, if the record of the next step
-        follows that very state (its id) and verifies, that step replayed
-        with this GradientLog's optimizer: the parameters are set to the
-        state's, the optimizer loads its state_dict with the parameter groups
-        the step ran with, takes the recorded gradients and steps (its step
-        function itself, without the step hooks), then gets that step's
-        parameter groups as the state_dict of that step holds them.  The model
-        and optimizer are left at the returned step; the returned state_dict's
+        The newest verified whole state; then, for each step after it in turn
+        (up to records_per_state of this GradientLog), if that step's record
+        follows that very state (its id) and verifies, the step replayed with
+        this GradientLog's optimizer: the parameters are set to the state's
+        (before the first), the optimizer loads its state_dict with the
+        parameter groups the step ran with, takes the recorded gradients and
+        steps (its step function itself, without the step hooks), then gets
+        that step's parameter groups as the state_dict of that step holds them.
+        The first step without such a record ends the chain.  The model and
+        optimizer are left at the returned step; the returned state_dict's
         parameters and optimizer state_dict are theirs (as state_dict() gives,
-        on their devices whatever map_location says), the rest is the
-        record's.  Apply it as any loaded state_dict (model.load_state_dict(...),
-        ...).  last_recovery: step, whole_state_step, replayed, and each
-        store's own (state, record).  A record that cannot be read or fails
-        verification, or was saved from parameters on another kind of device
-        (a replay there would not give the same bits), warns (RecoveryWarning)
-        and the whole state is returned.  Errors: those of Store.load for the
-        whole state; Error if the optimizer does not match the record (its
-        parameters' count and shapes): the model and optimizer may then be
-        partly changed, and load(replay=False) still loads the whole state
-        alone (as does a record that cannot be replayed)."""
+        on their devices whatever map_location says), the rest is the last
+        replayed record's.  Apply it as any loaded state_dict
+        (model.load_state_dict(...), ...).  last_recovery: step,
+        whole_state_step, replayed (True if a record was), records_replayed,
+        and each store's own (state; record: the first record's store's;
+        records: each replayed record's).  A record that cannot be read or
+        fails verification, or was saved from parameters on another kind of
+        device (a replay there would not give the same bits), warns
+        (RecoveryWarning) and the step before it is returned.  Errors: those of
+        Store.load for the whole state; Error if the optimizer does not match a
+        record (its parameters' count and shapes): the model and optimizer may
+        then be partly changed, and load(replay=False) still loads the whole
+        state alone (as does a record that cannot be replayed)."""
         full = self.store.load(map_location=map_location)
         info = full.get("gradlog") if isinstance(full, dict) else None
         if not isinstance(info, dict) or info.get("version") != _VERSION or "state" not in full:
             raise CorruptError(f"store '{self.store.name}' does not hold GradientLog "
                                "checkpoints (saved by Store.save, or another version)")
         base_step = self.store.last_recovery["step"]
-        state, rec, rec_info = full["state"], None, None
-        if replay:
-            try:
-                rec = self.records.load(step=base_step + 1, map_location=map_location)
-                rec_info = self.records.last_recovery
-            except NoCheckpointError:
-                pass
-            except Error as e:  # unusable, truncated, not a pool: the whole state still is
-                warnings.warn(RecoveryWarning(f"GradientLog: the record of step "
-                                              f"{base_step + 1} is unusable ({e}); step "
-                                              f"{base_step} loaded"))
-        replayed = rec is not None and rec.get("gradlog", {}).get("base") == info["id"]
-        if replayed:
-            here = sorted({p.device.type for p in self._params()})
-            if rec["gradlog"].get("devices") != here:
-                warnings.warn(RecoveryWarning(
-                    f"GradientLog: the record of step {base_step + 1} was saved from "
-                    f"parameters on {rec['gradlog'].get('devices')}, these are on {here}: a "
-                    f"replay would not give the same bits; step {base_step} loaded"))
-                replayed = False
-        if replayed:
-            state = self._replay(state, rec)
+        state, first_info, infos = full["state"], None, []
+        for pos, records in enumerate(self.record_stores if replay else ()):
+            step = base_step + pos + 1
+            rec = self._chained_record(records, step, info["id"], pos, map_location)
+            if pos == 0 and rec is not False:
+                first_info = records.last_recovery
+            if not rec:
+                break
+            state = self._replay(state, rec, first=pos == 0)
+            infos.append(records.last_recovery)
         self._base, self._steps, self._taken = None, 0, None
-        self.last_recovery = {"step": base_step + 1 if replayed else base_step,
-                              "whole_state_step": base_step, "replayed": replayed,
-                              "state": self.store.last_recovery, "record": rec_info}
+        self.last_recovery = {"step": base_step + len(infos), "whole_state_step": base_step,
+                              "replayed": bool(infos), "records_replayed": len(infos),
+                              "state": self.store.last_recovery, "record": first_info,
+                              "records": infos}
         return state
 
-    def _replay(self, state, rec):
+    def _chained_record(self, records, step, base_id, pos, map_location):
+        """The record of `step` in the records' store `records` if it continues the
+        chain of the whole state base_id at position pos (0: the first record after
+        it) and can be replayed here; None if not (a warning says why where it is
+        not the chain's plain end); False if the store holds no record of `step`."""
+        try:
+            rec = records.load(step=step, map_location=map_location)
+        except NoCheckpointError:
+            return False
+        except Error as e:  # unusable, truncated, not a pool: the steps before still are
+            warnings.warn(RecoveryWarning(f"GradientLog: the record of step {step} is "
+                                          f"unusable ({e}); step {step - 1} loaded"))
+            return False
+        info = rec.get("gradlog") if isinstance(rec, dict) else None
+        if not isinstance(info, dict) or info.get("base") != base_id or \
+                info.get("position", 1) != pos + 1:
+            return None  # a record of another chain (an older run's, or cut short)
+        here = sorted({p.device.type for p in self._params()})
+        if info.get("devices") != here:
+            warnings.warn(RecoveryWarning(
+                f"GradientLog: the record of step {step} was saved from parameters on "
+                f"{info.get('devices')}, these are on {here}: a replay would not give the "
+                f"same bits; step {step - 1} loaded"))
+            return None
+        return rec
+
+    def _replay(self, state, rec, first=True):
+        """The state after replaying rec's step onto state (the whole state if first,
+        else what the replay of the record before returned, whose parameters and
+        optimizer state the model and optimizer already hold)."""
         info = rec["gradlog"]
         opt = self.optimizer
         params = self._params()
@@ -640,7 +747,7 @@ class GradientLog:
                         f"whole state {len(whole['param_groups'])} and the record "
                         f"{len(rec['groups'])}: not the optimizer they were saved with")
         with torch.no_grad():
-            for i, path in paths:
+            for i, path in paths if first else ():
                 src = _get(state, path)
                 p = params[i]
                 if not isinstance(src, torch.Tensor) or src.shape != p.shape \
@@ -676,19 +783,19 @@ class GradientLog:
     # ------------------------------------------------------------ lifetime
 
     def close(self):
-        """Waits for the checkpoints in flight, removes the hooks, closes both stores."""
+        """Waits for the checkpoints in flight, removes the hooks, closes every store
+        (raises the first failure, after closing them all)."""
         try:
             self.wait()
         finally:
             self._unhook()
-            self.store.close()
-            self.records.close()
+            _each((self.store,) + self.record_stores, Store.close)
 
     def destroy(self):
-        """Removes the hooks and deletes both stores' files (Store.destroy)."""
+        """Removes the hooks and deletes every store's files (Store.destroy; raises the
+        first failure, after trying them all)."""
         self._unhook()
-        self.store.destroy()
-        self.records.destroy()
+        _each((self.store,) + self.record_stores, Store.destroy)
 
     def _unhook(self):
         for h in self._hooks:
@@ -704,3 +811,15 @@ class GradientLog:
 
 class _Unrecordable(Exception):
     pass
+
+
+def _each(stores, method):
+    """method(store) for every store, even after one raises; then raises the first error."""
+    err = None
+    for st in stores:
+        try:
+            method(st)
+        except BaseException as e:  # noqa: BLE001 -- raised below, once all are done
+            err = err or e
+    if err is not None:
+        raise err

@@ -108,12 +108,12 @@ def train(log, job, upto, kinds=None):
     log.wait()
 
 
-def loaded(name, opt="adamw", replay=True):
-    """(state, last_recovery, warnings, job) of a new job's load."""
+def loaded(name, opt="adamw", replay=True, **kw):
+    """(state, last_recovery, warnings, job) of a new job's load; kw: open_log's."""
     job = Job(seed=99, opt=opt)  # other initial values: everything from the checkpoint
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        with open_log(name, job) as log:
+        with open_log(name, job, **kw) as log:
             sd = log.load(replay=replay)
             return sd, log.last_recovery, [str(x.message) for x in w], job
 
@@ -164,6 +164,153 @@ T.run("every step saved, whole states and records in turn: step 7 (a whole state
 T.run("step 8 (a record) replayed onto step 7's whole state: bit-exact, the model and "
       "optimizer left at step 8 (load(replay=False): step 7); resumed to step 12 bit-exact",
       t_alternates, 8)
+
+
+def t_chain(k, n):
+    """records_per_state=k: a whole state, then k records, and again; step n loads
+    bit-exact (its chain's records replayed in turn), and training resumed from it
+    reaches step 12 bit-exact."""
+    name = f"chain{k}-{n}"
+    job, kinds = Job(), []
+    with open_log(name, job, records_per_state=k) as log:
+        train(log, job, n, kinds)
+        counts = (log.states_saved, log.records_saved)
+        stores = [st.name for st in log.record_stores]
+    want = ((["state"] + ["record"] * k) * n)[:n]
+    if kinds != want or counts != (want.count("state"), want.count("record")):
+        return f"kinds {kinds}, wanted {want}; counts {counts}"
+    if stores != [f"{name}-grads"] + [f"{name}-grads{i}" for i in range(2, k + 1)]:
+        return f"records' stores {stores}"
+    sd, rec, warned, job2 = loaded(name, records_per_state=k)
+    whole = n - (n - 1) % (k + 1)
+    if (rec["step"], rec["whole_state_step"], rec["records_replayed"], rec["replayed"],
+            len(rec["records"])) != (n, whole, n - whole, n > whole, n - whole) or warned:
+        return f"last_recovery {rec}, warnings {warned}"
+    r = same(REF[n], sd)
+    if r:
+        return f"step {n} loaded: {r}"
+    job2.apply(sd)
+    r = same(REF[n]["model"], job2.model.state_dict()) or \
+        same(REF[n]["optim"], job2.opt.state_dict())
+    if r:
+        return f"after apply: {r}"
+    with open_log(name, job2, records_per_state=k) as log:
+        train(log, job2, 12)
+    sd, rec, _, _ = loaded(name, records_per_state=k)
+    return same(REF[12], sd) or (None if rec["step"] == 12 else f"then: {rec}")
+
+
+T.run("records_per_state=3, step 8 (the third record after whole state 5): records 6, 7 "
+      "and 8 replayed in turn, bit-exact; resumed to step 12 bit-exact", t_chain, 3, 8)
+T.run("records_per_state=3, step 6 (the first record after whole state 5): bit-exact; "
+      "resumed to step 12 bit-exact", t_chain, 3, 6)
+T.run("records_per_state=2, step 7 (a whole state after a full chain): bit-exact; resumed "
+      "to step 12 bit-exact", t_chain, 2, 7)
+
+
+def t_chain_cut():
+    """A chain's damaged record ends it: the records before it are replayed, none after;
+    a GradientLog with a shorter chain replays that many records, and one with a longer
+    chain the records there are."""
+    job = Job()
+    with open_log("cut", job, records_per_state=3) as log:
+        train(log, job, 8)  # state 5, records 6, 7, 8
+    for k, step in ((1, 6), (2, 7), (4, 8)):
+        sd, rec, warned, _ = loaded("cut", records_per_state=k)
+        if rec["step"] != step or warned:
+            return f"records_per_state={k}: last_recovery {rec}, warnings {warned}"
+        r = same(REF[step], sd)
+        if r:
+            return f"records_per_state={k}, step {step}: {r}"
+    with pmckpt.Store(name="cut-grads2", ramdisk=D) as st:
+        st.load()
+        newest = st.last_recovery["slot"]  # the record of step 7
+    path, off, _ = slot_address(D, "cut-grads2", newest, "grads/0")
+    flip(path, off + 8)
+    sd, rec, warned, _ = loaded("cut", records_per_state=3)
+    if rec["step"] != 6 or rec["records_replayed"] != 1 or \
+            not any("record of step 7" in w for w in warned):
+        return f"record 7 damaged: last_recovery {rec}, warnings {warned}"
+    return same(REF[6], sd)
+
+
+T.run("a chain cut by a damaged record (7 of 6, 7, 8): step 6 loads, with a "
+      "RecoveryWarning; chains of 1, 2 and 4 records replay what they reach", t_chain_cut)
+
+
+def t_chain_other_run():
+    """A records' store holding a record of the step after the chain's last, from
+    another run (another whole state's id): not replayed onto this chain."""
+    names = [f"pmckpt-chainrun{x}.pool" for x in ("", "-grads", "-grads2")]
+    job = Job()
+    with open_log("chainrun", job, records_per_state=2) as log:
+        train(log, job, 3)  # state 1, records 2 and 3
+    with open(os.path.join(D, names[2]), "rb") as f:
+        old = f.read()
+    for n in names:
+        os.unlink(os.path.join(D, n))
+    job = Job()
+    for p in job.model.parameters():  # another run
+        if p.requires_grad:
+            p.data.add_(1e-3)
+    with open_log("chainrun", job, records_per_state=2) as log:
+        train(log, job, 2)  # state 1, record 2
+        want = clone(job.state())
+    with open(os.path.join(D, names[2]), "wb") as f:
+        f.write(old)  # its record of step 3 follows the first run's whole state 1
+    sd, rec, warned, _ = loaded("chainrun", records_per_state=2)
+    if rec["step"] != 2 or rec["records_replayed"] != 1 or warned:
+        return f"last_recovery {rec}, warnings {warned}"
+    return same(want, sd)
+
+
+T.run("a record of another run's chain in the second records' store: not replayed (the "
+      "whole state's id), the chain ends before it", t_chain_other_run)
+
+
+def t_chain_fallbacks():
+    """Within a chain, a step that cannot be recorded is saved whole and starts a new
+    chain: parameters changed in place since the last record, two optimizer steps."""
+    job = Job()
+    kinds = []
+    with warnings.catch_warnings(record=True) as w, \
+            open_log("chainfb", job, records_per_state=3) as log:
+        warnings.simplefilter("always")
+
+        def step(extra=None):
+            job.train_step()
+            if extra:
+                extra()
+            kinds.append(log.save(job.state(), job.step).kind)
+        step()  # 1 state
+        step()  # 2 record
+        with torch.no_grad():
+            job.unused.mul_(1.0)  # in place, between the record and the next step
+        step()  # 3 state: changed since the last checkpoint
+        step()  # 4 record
+        step()  # 5 record
+        step(lambda: job.opt.step())  # 6 state: two optimizer steps since record 5
+        for _ in range(3):
+            step()  # 7, 8, 9 records
+        want = clone(job.state())
+    msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
+    expect = ["state", "record", "state", "record", "record", "state", "record", "record",
+              "record"]
+    if kinds != expect:
+        return f"kinds {kinds}, wanted {expect}"
+    for why in ("changed in place since the last checkpoint",
+                "2 optimizer steps since the last checkpoint"):
+        if sum(why in m for m in msgs) != 1:
+            return f"not one warning saying '{why}': {msgs}"
+    sd, rec, _, _ = loaded("chainfb", records_per_state=3)
+    if rec["step"] != 9 or rec["records_replayed"] != 3:
+        return f"last_recovery {rec}"
+    return same(want, sd)
+
+
+T.run("records_per_state=3: a parameter changed in place after a record, two optimizer "
+      "steps after one: those steps saved whole (one warning each), a new chain after "
+      "each; step 9 (three records after state 6) loads bit-exact", t_chain_fallbacks)
 
 
 def t_bytes():
@@ -526,7 +673,7 @@ def t_state_swapped():
         kinds.append(log.save(job.state(), job.step).kind)
     msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
     if kinds != ["state", "record", "state", "state"] or \
-            not any("changed in place since the whole state" in m for m in msgs):
+            not any("changed in place since the last checkpoint" in m for m in msgs):
         return f"kinds {kinds}, warnings {msgs}"
 
 
@@ -860,6 +1007,68 @@ T.run("the whole state of the record before failed: this step saved whole, with 
       t_previous_state_failed)
 
 
+def t_chain_waits():
+    """records_per_state=2: state 1, records 2 and 3, state 4 (held), records 5 and 6,
+    state 7, record 8.  Records 5 and 6 go into the slots of records 2 and 3's chain
+    before, which whole state 1 still makes loadable: they begin at once, and their
+    handles are done only when whole state 4 and the records before them are (record 5
+    fails here: record 6's wait raises it).  Record 8 goes into the slot of chain 1's
+    record 2, the newest loadable step's chain until whole state 4 commits: it waits for
+    whole state 4, as a chain's first record waits for the whole state of the chain
+    before."""
+    job = Job()
+    gate, failed = threading.Event(), threading.Event()
+    failed.set()
+    timer = threading.Timer(10, gate.set)  # a wait that should not be: a failure, not a hang
+    kinds, handles = [], {}
+    with open_log("chainwait", job, records_per_state=2) as log:
+        def wrapped(save, step, wrap):
+            def save_async(state, s):
+                h = save(state, s)
+                return wrap(h) if s == step else h
+            return save_async
+        log.store.save_async = wrapped(log.store.save_async, 4, lambda h: Held(h, gate))
+        log.records.save_async = wrapped(log.records.save_async, 5,
+                                         lambda h: Failed(h, failed))
+        timer.start()
+        for _ in range(7):
+            job.train_step()
+            h = log.save_async(job.state(), job.step)
+            handles[job.step], _ = h, kinds.append(h.kind)
+        early = gate.is_set()
+        handles[6]._handle.wait()  # record 6 itself is committed
+        done_early = handles[6].done
+        job.train_step()
+        t = threading.Thread(target=lambda: kinds.append(log.save_async(job.state(),
+                                                                        job.step).kind))
+        t.start()
+        t.join(1.0)
+        blocked = t.is_alive()
+        gate.set()
+        t.join()
+        try:
+            handles[6].wait()
+            raised = None
+        except pmckpt.Error as e:
+            raised = str(e)
+    timer.cancel()
+    if early:
+        return "a record of whole state 4's chain waited for it"
+    if kinds != ["state", "record", "record"] * 2 + ["state", "record"]:
+        return f"kinds {kinds}"
+    if done_early:
+        return "record 6's handle done while whole state 4 was not committed"
+    if not blocked:
+        return "record 8 began while whole state 4 was not committed"
+    return None if raised and "test" in raised else \
+        f"record 6's wait did not raise record 5's failure: {raised}"
+
+
+T.run("records_per_state=2: a chain's later records begin while its whole state is in "
+      "flight, their handles wait for it and the records before; the next chain's first "
+      "record waits for that whole state", t_chain_waits)
+
+
 def t_sgd():
     job = Job(opt="sgd")
     with open_log("sgd", job) as log:
@@ -880,6 +1089,19 @@ def t_bad_input():
              match="records_path")
     T.raises("not an optimizer", TypeError, lambda: pmckpt.GradientLog(object(), name="bad",
                                                                           ramdisk=D))
+    for k in (0, -1, True, 2.0, "3", None):
+        T.raises(f"records_per_state={k!r} refused", ValueError,
+                 lambda: open_log("bad", job, records_per_state=k), match="records_per_state")
+    pm = [os.path.join(D, f"pm{i}.pool") for i in range(4)]
+    for why, paths, k in (("one file for two positions", pm[1], 2),
+                          ("two files for three", pm[1:3], 3),
+                          ("the whole states' file again", [pm[1], pm[0]], 2),
+                          ("one file twice", [pm[1], pm[1]], 2),
+                          ("not a path", [pm[1], 3], 2)):
+        T.raises(f"records_path: {why}: refused", ValueError,
+                 lambda: pmckpt.GradientLog(job.opt, name="bad", path=pm[0], records_path=paths,
+                                            records_per_state=k), match="records_path")
+    T.ok(not any(os.path.exists(p) for p in pm), "nothing created by the refused calls")
     with open_log("empty", job) as log:
         T.raises("nothing saved: NoCheckpointError", pmckpt.NoCheckpointError, log.load)
     with pmckpt.Store(name="plain", ramdisk=D) as s:

@@ -7,7 +7,8 @@ kill, must equal, bit for bit, the loss of an uninterrupted run without
 checkpoints; each restart must resume from the newest checkpoint that was
 committed.  gradlog: pmckpt.GradientLog, a checkpoint every step, whole states
 and gradient records in turn, a record replayed onto its whole state on
-resume.  Usage: test_resume.py [sync|async|gradlog ...]  (default all three)."""
+resume; gradlog3: chains of three records after each whole state, replayed in
+turn.  Usage: test_resume.py [sync|async|gradlog|gradlog3 ...]  (default all)."""
 import os
 import random
 import select
@@ -28,12 +29,14 @@ D = T.tmpdir("pmck-py-resume-")
 
 
 def spawn(mode, name, logpath, every=None):
+    gradlog = mode.startswith("gradlog")
     if every is None:
-        every = 1 if mode == "gradlog" else EVERY
+        every = 1 if gradlog else EVERY
+    chain = ["--records-per-state", mode[len("gradlog"):] or "1"] if gradlog else []
     return subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), "--dir", D,
                              "--name", name, "--steps", str(STEPS), "--every", str(every),
-                             "--mode", mode, "--log", logpath],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--mode", "gradlog" if gradlog else mode, "--log", logpath]
+                            + chain, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def records(path):
@@ -107,9 +110,10 @@ def trial_series(mode):
     name = f"job-{mode}"
     logs, during, kills = [], 0, 0
     plan = ["save"] * 2 + ["time"] * 2
-    if mode == "gradlog":  # a checkpoint every step: later kills, and some after a record
+    gradlog = mode.startswith("gradlog")
+    if gradlog:  # a checkpoint every step: later kills, and some after a record
         plan += ["record"] * 2
-    saves, steps = (4, 12) if mode == "gradlog" else (2, 6)
+    saves, steps = (4, 12) if gradlog else (2, 6)
     rng.shuffle(plan)
     plan.insert(0, "first")  # the first process dies in its first save: the store's creation
     extra = 3  # more attempts at a kill inside a save, if the first ones land outside
@@ -123,7 +127,8 @@ def trial_series(mode):
         if kind in ("save", "first"):
             killed = kill_at_save(p, 1 if kind == "first" else rng.randint(1, saves))
         elif kind == "record":  # right after a record is committed (and its whole state)
-            killed = kill_at_save(p, 1, prefix=b"D ", suffix=b" record")
+            killed = kill_at_save(p, rng.randint(1, 3) if mode == "gradlog3" else 1,
+                                  prefix=b"D ", suffix=b" record")
         else:
             # after a random number of training steps: tied to progress, not to a clock that
             # a loaded machine stretches (a process must not finish before its kill)
@@ -187,12 +192,12 @@ def trial_series(mode):
          f"steps missing: {sorted(set(range(STEPS)) - covered)}")
     T.ok(not resume_bad, f"{mode}: every restart resumed from the newest committed checkpoint",
          "\n".join(resume_bad))
-    if mode == "gradlog":
-        replays = sum(1 for p in logs for r in records(p) if r[0] == "Y")
-        T.ok(replays >= 1, f"gradlog: {replays} of {len(logs) - 1} restarts resumed from a "
-             "record replayed onto its whole state")
+    if gradlog:
+        replays = [int(r[2]) for p in logs for r in records(p) if r[0] == "Y"]
+        T.ok(replays, f"{mode}: {len(replays)} of {len(logs) - 1} restarts resumed from "
+             f"records replayed onto their whole state ({replays} records)")
 
 
-for mode in (sys.argv[1:] or ["sync", "async", "gradlog"]):
+for mode in (sys.argv[1:] or ["sync", "async", "gradlog", "gradlog3"]):
     trial_series(mode)
 T.done()

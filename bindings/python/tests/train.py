@@ -7,7 +7,7 @@ batches that depend only on (seed, step).  One thread, deterministic
 algorithms: the losses are a pure function of the seed.  Records, one write()
 each, appended to --log (they survive a SIGKILL in the page cache):
   R <step>          resumed from the checkpoint of <step> (0: fresh start)
-  Y <step>          gradlog: that resume replayed the record of <step>
+  Y <step> <n>      gradlog: that resume replayed n records, the last of <step>
   L <step> <hex>    loss of <step>, float.hex (also printed to stdout)
   B <step>          a checkpoint of <step> begins (also printed to stdout)
   E <step>          save (sync: durable) / save_async (async: queued) returned
@@ -29,6 +29,8 @@ ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--every", type=int, default=5, help="checkpoint every N steps; 0: never")
 ap.add_argument("--mode", choices=("sync", "async", "gradlog"), default="sync",
                 help="gradlog: pmckpt.GradientLog, save_async (whole states and records in turn)")
+ap.add_argument("--records-per-state", type=int, default=1,
+                help="gradlog: GradientLog(records_per_state=N)")
 ap.add_argument("--log", required=True)
 ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--width", type=int, default=1024)
@@ -55,7 +57,8 @@ opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 if not a.every:
     store = None
 elif a.mode == "gradlog":
-    store = pmckpt.GradientLog(opt, name=a.name, ramdisk=a.dir)  # hooks the optimizer itself
+    store = pmckpt.GradientLog(opt, name=a.name, ramdisk=a.dir,  # hooks the optimizer itself
+                               records_per_state=a.records_per_state)
 else:
     store = pmckpt.Store(name=a.name, ramdisk=a.dir)
 
@@ -73,7 +76,8 @@ if store is not None:
         pmckpt.hook_optimizer(opt, store)
 log(f"R {start}", echo=True)
 if a.mode == "gradlog" and store.last_recovery and store.last_recovery["replayed"]:
-    log(f"Y {start}")  # the step's record replayed onto the whole state before it
+    # the step's record replayed onto the whole state before it (and the records between)
+    log(f"Y {start} {store.last_recovery['records_replayed']}")
 
 
 def batch(step):
