@@ -59,8 +59,9 @@ skips where there is no GPU):
          and gpu_train_gradlog_{,snapshot_}every_step_vs_whole_states_b8
          (pmgl, pmglsnap, pmglqsnap: pmckpt.GradientLog, a whole state and
          the next step's gradients in turn),
-         gpu_train_gradlog_k3_queue_snapshot_every_step_vs_{none,k1}_b8
-         (pmglqsnapk3: chains of three records after each whole state)
+         gpu_train_gradlog_kN_..._every_step_vs_{none,k1}_b8 where --b8 names
+         pmglqsnapkN_every1 and the like (chains of N records after each whole
+         state)
                                                from bench_train.py
           --device cuda (GPT-2 medium), its per-step cost lines passed through
 
@@ -334,7 +335,7 @@ def main():
                     help="bench_train.py configurations at batch 32 (--b32= for none)")
     ap.add_argument("--b8", default="none,pm_every1,pm_every10,pmsnap_every1,pmsnap_every10,"
                     "pmq_every1,pmqsnap_every1,pmqsnap_every10,pmgl_every1,pmglsnap_every1,"
-                    "pmglqsnap_every1,pmglqsnapk3_every1,dcp_every1",
+                    "pmglqsnap_every1,dcp_every1",
                     help="bench_train.py configurations at batch 8")
     a = ap.parse_args()
     dev = torch.device(a.device)

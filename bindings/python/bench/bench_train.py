@@ -46,7 +46,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   state and the next step's gradients in turn, fewer bytes a
                   step), as pm, pmsnap and pmqsnap
   pmglkN_every1, pmglsnapkN_every1, pmglqsnapkN_every1  the same with chains of
-                  N records after each whole state (GradientLog(records_per_state=N))
+                  N records after each whole state (GradientLog(records_per_state=N));
+                  pmglq_every1, pmglqkN_every1: with the queue, without the snapshot
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   NAME:block, NAME:dh, NAME:sub8  CUDA: any of these with the writers
                   sleeping while they wait for their copies (PMCK_GPU_WAIT=block;
@@ -605,7 +606,8 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
     try:
         # every store of the configuration has saved once (GradientLog's chain of N
         # records: N + 1 stores, one checkpoint each a step from the second step)
-        for i in range(max(a.warmup, getattr(ck, "stores", 1) + 1)):
+        stores = getattr(ck, "stores", 1)
+        for i in range(a.warmup if stores == 1 else max(a.warmup, stores + 1)):
             job.train_step()
             if ck.every and (i == 1 or (ck.every == 1 and i > 1)):
                 ck.save(job)

@@ -161,7 +161,7 @@ def _record_paths(path, records_path, k):
             not all(isinstance(p, (str, bytes, os.PathLike)) for p in paths):
         raise ValueError(f"records_path: {k} file(s) or device(s), one for each record after "
                          f"a whole state (records_per_state={k}), not {records_path!r}")
-    names = [os.path.abspath(os.fsdecode(p)) for p in [path] + paths]
+    names = [os.path.realpath(os.fsdecode(p)) for p in [path] + paths]
     if len(set(names)) != len(names):
         raise ValueError("path and each of records_path must be different files or devices")
     return paths
@@ -237,7 +237,8 @@ class GradientLog:
                              f"{records_per_state!r}")
         if (path is None) != (records_path is None):
             raise ValueError("on PM, give path for the whole states and records_path for "
-                             "the records (two files or devices); on a ramdisk, neither")
+                             "the records (files or devices of their own); on a ramdisk, "
+                             "neither")
         record_paths = _record_paths(path, records_path, records_per_state)
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer")
@@ -254,8 +255,10 @@ class GradientLog:
             for i, rp in enumerate(record_paths):
                 stores.append(Store(rp, name=f"{name}-grads{i + 1 if i else ''}", **rec_kw))
         except BaseException:
-            for st in [self.store] + stores:
-                st.close()
+            try:
+                _each([self.store] + stores, Store.close)
+            except BaseException:  # noqa: BLE001 -- the open's failure is the one to raise
+                pass
             raise
         # the records' stores, one for each position in a chain (the i-th record after a
         # whole state goes into record_stores[i - 1]); records: the first one's
@@ -273,7 +276,12 @@ class GradientLog:
         self._records_broken = [None] * k  # why each records' store cannot be read
         self._stepped = None  # _versions() after the step since the chain's last checkpoint
         self._depth = 0  # optimizer.step() calls in progress (a subclass calls its parent's)
-        self._keep_previous = False  # a whole state failed: the next one guards the record
+        # The next whole state guards the next chain's first record (it waits for that
+        # state): after a failed whole state, and at the start and after load(), where the
+        # records' stores may hold a newer record of a chain whose whole state never
+        # committed, so that the record the first chain overwrites may be one that the
+        # newest loadable step needs
+        self._keep_previous = True
         self._base = None  # the _Chain a record may continue, None if none may
         self._steps = 0  # optimizer steps since the chain's last checkpoint
         self._taken = None  # the gradients of the one step since, and their versions
@@ -552,11 +560,13 @@ class GradientLog:
         if h is not None:
             return h
         base_id = secrets.randbits(62)
-        h = self.store.save_async({"gradlog": {"version": _VERSION, "id": base_id},
+        h = self.store.save_async({"gradlog": {"version": _VERSION, "id": base_id,
+                                               "records_per_state": len(self.record_stores)},
                                    "state": state_dict}, step)
-        if self._keep_previous:
-            # after a failed whole state: the next record overwrites the newest loadable
-            # one, so it must wait for this whole state
+        if self._keep_previous and not h.skipped:
+            # after a failed whole state (or at the start): the next record may overwrite
+            # one that the newest loadable step needs, so it must wait for this whole state
+            # (a skipped one would never be waited for)
             self._prev_record_base, self._keep_previous = h, False
         params = self._params()
         self._base = _Chain(step, base_id, h, (len(self.optimizer.param_groups), len(params)),
@@ -692,7 +702,15 @@ class GradientLog:
                 break
             state = self._replay(state, rec, first=pos == 0)
             infos.append(records.last_recovery)
+        saved_k = info.get("records_per_state", 1)
+        if len(infos) == len(self.record_stores) and saved_k > len(infos):
+            warnings.warn(RecoveryWarning(
+                f"GradientLog: the whole state of step {base_step} was saved with "
+                f"records_per_state={saved_k}, this GradientLog has {len(infos)}: the records "
+                f"of its chain after step {base_step + len(infos)}, if any, are not loaded "
+                f"(open it with records_per_state={saved_k})"))
         self._base, self._steps, self._taken = None, 0, None
+        self._keep_previous, self._prev_record_base = True, None  # as at the start
         self.last_recovery = {"step": base_step + len(infos), "whole_state_step": base_step,
                               "replayed": bool(infos), "records_replayed": len(infos),
                               "state": self.store.last_recovery, "record": first_info,
@@ -783,13 +801,20 @@ class GradientLog:
     # ------------------------------------------------------------ lifetime
 
     def close(self):
-        """Waits for the checkpoints in flight, removes the hooks, closes every store
-        (raises the first failure, after closing them all)."""
+        """Waits for the checkpoints in flight, removes the hooks, closes every store;
+        then raises the first failure (of the waits first)."""
+        err = None
         try:
             self.wait()
-        finally:
-            self._unhook()
+        except BaseException as e:  # noqa: BLE001 -- raised below, once all are closed
+            err = e
+        self._unhook()
+        try:
             _each((self.store,) + self.record_stores, Store.close)
+        except BaseException as e:  # noqa: BLE001
+            err = err or e
+        if err is not None:
+            raise err
 
     def destroy(self):
         """Removes the hooks and deletes every store's files (Store.destroy; raises the
