@@ -77,7 +77,9 @@ bench: gpu_train_every_step_pcie_bound_b8 says what PCIe allows checkpointing
 every step: a step's time without checkpoints (gpu_train_step_none_b8) against
 the state's crossing at the pinned D2H speed measured above
 (gpu_train_state_d2h_b8).  gpu_train_gradlog_every_step_pcie_bound_b8 the same
-for GradientLog, whose state and gradient record cross once every two steps.
+for GradientLog, whose state and gradient record cross once every two steps
+(gpu_train_gradlog_kN_every_step_pcie_bound_b8: a state and N records every N + 1
+steps, for each chain length --b8 names).
 
 Each figure is the median of --reps repetitions (the training ratios: of
 --train-reps, 10 measured steps after 3 of warm-up each: the every-10
@@ -89,6 +91,7 @@ dry run of the script, not a figure.  Usage: bench_gpu.py [--mb N] [--reps N]
 import argparse
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -600,6 +603,12 @@ def main():
                     cross = (state_mb + record_mb) / 2 * 1e6 / (nbytes / d2h_best)
                     print(f"bench: gpu_train_gradlog_every_step_pcie_bound_b{batch} "
                           f"{min(1.0, step / cross):.3f} of none ({record_mb:.0f} MB a record)")
+                    # chains of k records: a state and k records every k + 1 steps
+                    for k in sorted({int(k) for k in re.findall(r"\bpmglq?(?:snap)?k(\d+)_",
+                                                                 configs)}):
+                        cross = (state_mb + k * record_mb) / (k + 1) * 1e6 / (nbytes / d2h_best)
+                        print(f"bench: gpu_train_gradlog_k{k}_every_step_pcie_bound_b{batch} "
+                              f"{min(1.0, step / cross):.3f} of none")
         if out.returncode:
             print(f"bench: bench_train batch {batch} failed ({out.returncode}): "
                   f"{out.stderr.strip().splitlines()[-1:]}")

@@ -318,23 +318,25 @@ def test_train_every_step(on_busy="wait", src="direct", snapshot_on_wait=False):
                 return f"step {step}: {r}"
 
 
-def test_gradlog(src="direct", on_busy="wait", side=False):
+def test_gradlog(src="direct", on_busy="wait", side=False, k=1):
     """pmckpt.GradientLog every step on the GPU (whole states and gradient records in
-    turn), nothing synchronised, on the default stream or a side stream: the state
-    after 11 steps (a whole state) and after 12 (a record replayed with CUDA's AdamW
-    onto the whole state of step 11) load bit-exact into a new model and optimizer."""
+    turn; k: records_per_state), nothing synchronised, on the default stream or a side
+    stream: the state after 11 steps (a whole state) and after 12 (a record replayed with
+    CUDA's AdamW onto the whole state of step 11) load bit-exact into a new model and
+    optimizer; with k = 3 after 9 (a whole state) and 12 (three records replayed onto
+    the whole state of step 9)."""
     def build():
         m = model()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
         return m, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + k))
 
-    for n in (11, 12):
-        name = f"gpu-gradlog-{src}-{on_busy}-{int(side)}-{n}{SUFFIX}"
+    for n in ((11, 12) if k == 1 else (9, 12)):
+        name = f"gpu-gradlog-{src}-{on_busy}-{int(side)}-{k}-{n}{SUFFIX}"
         m, opt, sched = build()
         stream = torch.cuda.Stream(dev) if side else torch.cuda.current_stream(dev)
         kinds = []
-        with pmckpt.GradientLog(opt, name=name, ramdisk=D, gpu_source=src,
-                                on_busy=on_busy) as log, torch.cuda.stream(stream):
+        with pmckpt.GradientLog(opt, name=name, ramdisk=D, gpu_source=src, on_busy=on_busy,
+                                records_per_state=k) as log, torch.cuda.stream(stream):
             x = torch.randn(256, 512, device=dev)
             for step in range(1, n + 1):
                 m(x * step).square().mean().backward()
@@ -346,18 +348,20 @@ def test_gradlog(src="direct", on_busy="wait", side=False):
                 kinds.append(log.save_async(st, step).kind)
                 opt.zero_grad()
             log.wait()
-        if kinds != ["state", "record"] * (n // 2) + ["state"] * (n % 2):
+        if kinds != ((["state"] + ["record"] * k) * n)[:n]:
             return f"kinds {kinds}"
         m2, opt2, _ = build()
-        with pmckpt.GradientLog(opt2, name=name, ramdisk=D, gpu_source=src) as log:
+        with pmckpt.GradientLog(opt2, name=name, ramdisk=D, gpu_source=src,
+                                records_per_state=k) as log:
             got = log.load()
             rec = log.last_recovery
-        if rec["step"] != n or rec["replayed"] != (n % 2 == 0):
+        replayed = (n - 1) % (k + 1)
+        if rec["step"] != n or rec["records_replayed"] != replayed:
             return f"{n} steps: last_recovery {rec}"
         r = same(want, got)
         if r:
             return f"{n} steps: {r}"
-        if n % 2 == 0 and not all(p.is_cuda for p in got["model"].values()):
+        if replayed and not all(p.is_cuda for p in got["model"].values()):
             return "the replayed parameters are not on the GPU"
 
 
@@ -543,6 +547,9 @@ for src, on_busy, side in (("direct", "wait", False), ("snapshot", "queue", Fals
     T.run(f"GradientLog every step, {src}, on_busy='{on_busy}'"
           f"{', on a side stream' if side else ''}: a whole state and a record replayed "
           "with CUDA's AdamW load bit-exact", test_gradlog, src, on_busy, side)
+T.run("GradientLog every step, chains of three records, snapshot, on_busy='queue': a whole "
+      "state and three records replayed with CUDA's AdamW load bit-exact", test_gradlog,
+      "snapshot", "queue", False, 3)
 for staging in ("default", "none"):
     T.run(f"DCP StorageWriter(staging='{staging}') with CUDA tensors: saved and loaded "
           "bit-exact", test_dcp, staging)

@@ -8,7 +8,9 @@ checkpoints; each restart must resume from the newest checkpoint that was
 committed.  gradlog: pmckpt.GradientLog, a checkpoint every step, whole states
 and gradient records in turn, a record replayed onto its whole state on
 resume; gradlog3: chains of three records after each whole state, replayed in
-turn.  Usage: test_resume.py [sync|async|gradlog|gradlog3 ...]  (default all)."""
+turn; gradlog3q: the same with on_busy="queue" and three checkpoints left in
+flight (whole states commit late, records go on meanwhile).  Usage:
+test_resume.py [sync|async|gradlog|gradlog3|gradlog3q ...]  (default all)."""
 import os
 import random
 import select
@@ -32,7 +34,12 @@ def spawn(mode, name, logpath, every=None):
     gradlog = mode.startswith("gradlog")
     if every is None:
         every = 1 if gradlog else EVERY
-    chain = ["--records-per-state", mode[len("gradlog"):] or "1"] if gradlog else []
+    chain = []
+    if gradlog:  # gradlogN: chains of N records; gradlogNq: with the queue, N in flight
+        k = mode[len("gradlog"):].rstrip("q") or "1"
+        chain = ["--records-per-state", k]
+        if mode.endswith("q"):
+            chain += ["--on-busy", "queue", "--in-flight", k]
     return subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), "--dir", D,
                              "--name", name, "--steps", str(STEPS), "--every", str(every),
                              "--mode", "gradlog" if gradlog else mode, "--log", logpath]
@@ -127,7 +134,7 @@ def trial_series(mode):
         if kind in ("save", "first"):
             killed = kill_at_save(p, 1 if kind == "first" else rng.randint(1, saves))
         elif kind == "record":  # right after a record is committed (and its whole state)
-            killed = kill_at_save(p, rng.randint(1, 3) if mode == "gradlog3" else 1,
+            killed = kill_at_save(p, rng.randint(1, 3) if mode != "gradlog" else 1,
                                   prefix=b"D ", suffix=b" record")
         else:
             # after a random number of training steps: tied to progress, not to a clock that
@@ -198,6 +205,6 @@ def trial_series(mode):
              f"records replayed onto their whole state ({replays} records)")
 
 
-for mode in (sys.argv[1:] or ["sync", "async", "gradlog", "gradlog3"]):
+for mode in (sys.argv[1:] or ["sync", "async", "gradlog", "gradlog3", "gradlog3q"]):
     trial_series(mode)
 T.done()

@@ -15,6 +15,7 @@ each, appended to --log (they survive a SIGKILL in the page cache):
                     gradlog: a record and the whole state it follows)
 """
 import argparse
+import collections
 import os
 import sys
 
@@ -31,6 +32,10 @@ ap.add_argument("--mode", choices=("sync", "async", "gradlog"), default="sync",
                 help="gradlog: pmckpt.GradientLog, save_async (whole states and records in turn)")
 ap.add_argument("--records-per-state", type=int, default=1,
                 help="gradlog: GradientLog(records_per_state=N)")
+ap.add_argument("--on-busy", default="wait", help="the store's on_busy (async, gradlog)")
+ap.add_argument("--in-flight", type=int, default=1,
+                help="async, gradlog: checkpoints left in flight before waiting for the "
+                     "oldest (its D record)")
 ap.add_argument("--log", required=True)
 ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--width", type=int, default=1024)
@@ -58,9 +63,10 @@ if not a.every:
     store = None
 elif a.mode == "gradlog":
     store = pmckpt.GradientLog(opt, name=a.name, ramdisk=a.dir,  # hooks the optimizer itself
-                               records_per_state=a.records_per_state)
+                               records_per_state=a.records_per_state, on_busy=a.on_busy)
 else:
-    store = pmckpt.Store(name=a.name, ramdisk=a.dir)
+    store = pmckpt.Store(name=a.name, ramdisk=a.dir,
+                         on_busy="wait" if a.mode == "sync" else a.on_busy)
 
 start = 0
 if store is not None:
@@ -94,7 +100,7 @@ def done(h):
         log(f"D {h.step}")
 
 
-pending = None
+pending = collections.deque()  # handles in flight, oldest first
 for step in range(start, a.steps):
     x, y = batch(step)
     loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -110,15 +116,17 @@ for step in range(start, a.steps):
             store.save(state, step + 1)
             log(f"E {step + 1}")
         else:
-            if pending is not None:
-                pending.wait()
-                done(pending)
+            while len(pending) >= a.in_flight:
+                h = pending.popleft()
+                h.wait()
+                done(h)
             log(f"B {step + 1}", echo=True)
-            pending = store.save_async(state, step + 1)
+            pending.append(store.save_async(state, step + 1))
             log(f"E {step + 1}")
-if pending is not None:
-    pending.wait()
-    done(pending)
+while pending:
+    h = pending.popleft()
+    h.wait()
+    done(h)
 if store is not None:
     store.close()
 log("F", echo=True)
