@@ -59,6 +59,9 @@ skips where there is no GPU):
          and gpu_train_gradlog_{,snapshot_}every_step_vs_whole_states_b8
          (pmgl, pmglsnap, pmglqsnap: pmckpt.GradientLog, a whole state and
          the next step's gradients in turn),
+         gpu_train_background_copies_vs_none_b8 where --b8 names bgcopy (no
+         checkpoints: device-to-host copies as fast as they go, the traffic's own
+         cost to training, its GPU forward+backward in the cost line),
          gpu_train_gradlog_kN_..._every_step_vs_{none,k1}_b8 where --b8 names
          pmglqsnapkN_every1 and the like (chains of N records after each whole
          state)
@@ -545,6 +548,8 @@ def main():
                  "gpu_train_queue_snapshot_device_hash_every_step_vs_none_b8",
              ("32", "train_tput_device_hash_every_step_vs_none"):
                  "gpu_train_device_hash_every_step_vs_none_b32",
+             ("8", "train_tput_background_copies_vs_none"):
+                 "gpu_train_background_copies_vs_none_b8",
              ("8", "train_tput_snapshot_on_wait_every_step_vs_none"):
                  "gpu_train_snapshot_on_wait_every_step_vs_none_b8",
              ("8", "train_tput_snapshot_on_wait_every10_vs_none"):

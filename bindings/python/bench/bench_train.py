@@ -54,6 +54,10 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   they spin by default), with device hashing (PMCK_GPU_HASH=device),
                   or with 8 MiB sub-copies (PMCK_GPU_SUB_MIB=8: half the writers'
                   CUDA calls); suffixes combine (pmglqsnap_every1:dh:sub8)
+  bgcopy          no checkpoints: a thread copying device memory to pinned host
+                  memory as fast as it can on a stream of its own (CPU: between
+                  two host buffers) for the whole run, 64 MiB a copy: the traffic's
+                  own cost, without pmckpt (its rate in the cost line)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -80,6 +84,7 @@ A CUDA path (--device cuda: GPT-2 medium, bf16 autocast, fp32 weights and
 Adam states, checkpointed from device memory) exists but is unverified here.
 """
 import argparse
+import contextlib
 import cProfile
 import gc
 import io
@@ -309,6 +314,58 @@ class NoCkpt:
         return {}
 
 
+class BgCopy:
+    """Not a checkpoint: a thread that copies, for the whole run, as fast as it can, from
+    a device buffer to pinned host memory on a non-blocking stream of its own (CUDA), or
+    between two host buffers (CPU), in 64 MiB pieces: what the traffic of a checkpoint
+    alone costs training (the GPU's forward+backward while PCIe carries device-to-host
+    copies), without pmckpt's threads, events and calls."""
+    every = 0  # it never saves
+
+    def __init__(self, job, mib):
+        n = mib << 20
+        self.cuda = job.device.type == "cuda"
+        self.src = torch.empty(n, dtype=torch.uint8, device=job.device)
+        self.dst = torch.empty(n, dtype=torch.uint8, pin_memory=self.cuda)
+        self.stream = torch.cuda.Stream(job.device) if self.cuda else None
+        self.copied = 0
+        self.error = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgcopy")
+        self.thread.start()
+
+    def run(self):
+        piece = 64 << 20
+        try:
+            with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+                while not self.stop.is_set():
+                    # a round of pieces, then one wait: the thread needs the GIL once a
+                    # round, which the training thread may hold for up to 5 ms
+                    for off in range(0, self.src.numel(), piece):
+                        self.dst[off:off + piece].copy_(self.src[off:off + piece],
+                                                        non_blocking=True)
+                    if self.cuda:
+                        self.stream.synchronize()
+                    self.copied += self.src.numel()
+        except BaseException as e:  # noqa: BLE001 -- reported by close()
+            self.error = e
+
+    def save(self, job):
+        pass
+
+    def drain(self):
+        pass
+
+    def stats(self):
+        return {"bg_bytes": self.copied}
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def set_env(values):
     """Sets environment variables; returns what restore_env needs to undo it."""
     old = {k: os.environ.get(k) for k in values}
@@ -498,6 +555,8 @@ class TorchSave:
 def make_ckpt(cfg, a, job, name, group=None):
     if cfg.endswith("none"):
         return NoCkpt()
+    if cfg == "bgcopy":  # the copies' traffic alone, 1 GiB a round on a GPU
+        return BgCopy(job, 1024 if job.device.type == "cuda" else 256)
     kind, _, every = cfg.rpartition("_every")
     kind, every = kind.removeprefix("mr_"), int(every)
     kw = dict(threads=a.threads) if a.threads else {}
@@ -816,6 +875,9 @@ def main():
             extra += "; writers' ms per step, summed over them: " + ", ".join(
                 f"{name} {med(rs, k) / steps * 1e3:.1f}" for name, k in WRITER_TIME
                 if rs[0].get(k))
+        if "bg_bytes" in rs[0]:
+            extra += (f"; background copies {med(rs, 'bg_bytes') / med(rs, 'wall') / 1e9:.1f}"
+                      " GB/s")
         if rs[0].get("snapshot_on_wait_b"):
             extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")
@@ -828,6 +890,7 @@ def main():
               f"(per repetition {min(rs):.3f}-{max(rs):.3f})")
 
     ratio("train_tput_ckpt_every_step_vs_none", "pm_every1", "none", R)
+    ratio("train_tput_background_copies_vs_none", "bgcopy", "none", R)
     ratio("train_tput_ckpt_every10_vs_none", "pm_every10", "none", R)
     ratio("train_tput_every_step_vs_dcp_async_every_step", "pm_every1", "dcp_every1", R)
     ratio("train_tput_every10_vs_dcp_async_every10", "pm_every10", "dcp_every10", R)
