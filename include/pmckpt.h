@@ -633,6 +633,15 @@ int pmck_pipeline_wait_layers_stream(struct pmck_pipeline *p, const uint32_t *la
  */
 int pmck_pipeline_wait(struct pmck_pipeline *p);
 
+/*
+ * pmck_pipeline_busy -- 1 while a checkpoint is in flight (begun, and not
+ * yet committed or failed), else 0; never blocks for it.  Once it says 0,
+ * pmck_pipeline_wait returns the checkpoint's result at once, and nothing
+ * reads the sources any more: a binding polls it to release them without
+ * waiting.  A checkpoint missing some of its layers stays in flight.
+ */
+int pmck_pipeline_busy(struct pmck_pipeline *p);
+
 /* Counters since pmck_pipeline_new. */
 struct pmck_pipeline_stats {
 	uint64_t committed;     /* checkpoints committed */

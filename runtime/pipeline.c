@@ -1215,6 +1215,15 @@ pmck_pipeline_wait(struct pmck_pipeline *p)
 	return ret;
 }
 
+int
+pmck_pipeline_busy(struct pmck_pipeline *p)
+{
+	pthread_mutex_lock(&p->lock);
+	int busy = p->active != 0;
+	pthread_mutex_unlock(&p->lock);
+	return busy;
+}
+
 void
 pmck_pipeline_stats(struct pmck_pipeline *p, struct pmck_pipeline_stats *st)
 {

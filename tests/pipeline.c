@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pmckpt.h"
 #include "tap.h"
@@ -410,14 +411,27 @@ test_scattered_layers(const char *path)
 		return;
 	struct pmck_pipeline_opts o = {.threads = 2};
 	is_int(pmck_pipeline_new(s, &o, &p), 0, "a pipeline over scattered layers");
+	is_int(pmck_pipeline_busy(p), 0, "busy: 0 before the first begin");
 	is_int(pmck_pipeline_begin(p, 1), 0, "begin");
-	int put = 1;
+	int put = 1, busy = 1;
 	for (unsigned k = 0; k < 3; k++) {
 		uint32_t l = (uint32_t[]){12, 7, 3}[k];
 		put &= pmck_pipeline_put_layer(p, l, srcs) == 0 && pmck_pipeline_wait_layer(p, l) == 0;
+		if (k < 2) /* its own layers persisted, layer 3 not put yet: it cannot commit */
+			busy &= pmck_pipeline_busy(p) == 1;
 	}
 	ok(put, "layers 12, 7, 3 put and each waited for");
+	ok(busy, "busy: 1 while a layer is missing, its other layers persisted");
 	is_int(pmck_pipeline_put_layer(p, 5, srcs), -EINVAL, "layer 5, which no tensor has: refused");
+	int polls = 0;
+	while (pmck_pipeline_busy(p) && polls < 100000) { /* the commit, on a writer thread */
+		polls++;
+		usleep(100);
+	}
+	is_int(pmck_pipeline_busy(p), 0, "busy: 0 once step 1 has committed (%d polls)", polls);
+	struct pmck_pipeline_stats pst;
+	pmck_pipeline_stats(p, &pst);
+	ok(pst.committed == 1 && pst.last_step == 1, "... which the stats agree with");
 	is_int(pmck_pipeline_wait(p), 0, "step 1 commits");
 
 	/* put_layers: all or nothing on a bad list, then several layers in one call. */

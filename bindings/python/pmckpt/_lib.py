@@ -237,6 +237,7 @@ _PROTOS = {
     "pmck_pipeline_put_layer": (c_int, [c_void_p, c_uint32, POINTER(c_void_p)]),
     "pmck_pipeline_wait_layer": (c_int, [c_void_p, c_uint32]),
     "pmck_pipeline_wait": (c_int, [c_void_p]),
+    "pmck_pipeline_busy": (c_int, [c_void_p]),
     "pmck_pipeline_stats": (None, [c_void_p, POINTER(PipelineStats)]),
     "pmck_gpu_available": (c_int, [c_int]),
     # local backend

@@ -227,7 +227,11 @@ class SaveHandle:
 
     @property
     def done(self):
-        """True once wait() has returned (or the checkpoint was skipped)."""
+        """True once the checkpoint has ended, committed or failed (wait() then
+        returns, or raises the failure, at once), or was skipped.  Asks the store
+        without blocking; an ended checkpoint's sources are released then."""
+        if not self._done:
+            self._store._poll(self)
         return self._done
 
     def _begun(self):
@@ -702,6 +706,21 @@ class _Pipeline:
         h._done, h._error, h._keep = True, err, None
         if self._inflight is h:
             self._inflight = None
+
+    def _poll(self, h):
+        """Ends h, without waiting, if its checkpoint has committed or failed: its
+        handle done, its result recorded, its sources released.  Does nothing if
+        it is still in flight, or if the store is busy on another thread (a save
+        beginning): a later poll, or the next save, ends it."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if h._done or self._inflight is not h or not h._all_put or \
+                    lib.pmck_pipeline_busy(self._pipe):
+                return
+            self._finish(h)  # returns at once: the pipeline has nothing in flight
+        finally:
+            self._lock.release()
 
     def _finish(self, h):
         with self._lock:

@@ -201,10 +201,10 @@ class GradientLog:
     records_per_state: K >= 1, the records saved after each whole state (each
     a step).  A larger K moves fewer bytes a step and makes a load replay up
     to K steps; each position in the chain has a records' store of its own
-    (two slots, as every store), so the records take K times the memory, and
-    a record's gradients stay allocated until its store begins its next
-    record, K + 1 steps later (on a GPU, device memory as large as the
-    parameters for each position).
+    (two slots, as every store), so the records take K times the memory.  A
+    record's gradients stay allocated until it is written and a later call
+    polls its store (each call polls them all): about as long as they take to
+    cross, whatever K.
     name, path, and the other keywords: those of Store, for the store of
     whole states (name) and the records' stores (name + "-grads" for the
     first record after a whole state, name + "-grads2" ... for the others;
@@ -556,6 +556,10 @@ class GradientLog:
         that whole state failed, this step is saved whole instead."""
         step = int(step)
         self._depth = 0  # not inside a step (one that raised left it counted)
+        for records in self.record_stores:
+            # a record written since is ended now, not at its store's next record (K + 1
+            # steps later): its gradients are released as soon as they are persisted
+            records.poll()
         h = self._save_record(state_dict, step)
         if h is not None:
             return h

@@ -301,6 +301,16 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         if h is not None and h is not waited and not h.done:
             h.wait_for(tensors)  # once a pending save has begun it is the one in flight
 
+    def poll(self):
+        """True if no checkpoint is in flight or queued.  Never waits: a checkpoint
+        in flight that has committed or failed is ended (its handle done, its
+        sources released: a save's tensors are no longer referenced by the store),
+        as the next save would end it."""
+        h = self._inflight
+        if h is not None and not h.done:
+            return False
+        return self._queued is None
+
     @property
     def pending(self):
         """The saves registered as pending (staged without a copy, not begun yet)."""

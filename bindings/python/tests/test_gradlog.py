@@ -4,10 +4,12 @@ gradients, replayed on load.  Every loaded state must equal, bit for bit, the
 state the training held at that step; a record that does not belong to the
 newest whole state, or fails its checksums, must not be applied; every step
 that cannot be replayed exactly must be saved whole."""
+import gc
 import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import torch
@@ -217,6 +219,40 @@ T.run("records_per_state=3, step 6 (the first record after whole state 5): bit-e
       "resumed to step 12 bit-exact", t_chain, 3, 6)
 T.run("records_per_state=2, step 7 (a whole state after a full chain): bit-exact; resumed "
       "to step 12 bit-exact", t_chain, 2, 7)
+
+
+def t_chain_releases():
+    """A record's gradients are released at the first call after its commit (each call
+    polls the records' stores), not when its store begins its next record, K + 1 steps
+    later."""
+    import weakref
+    job = Job(width=256)
+    with open_log("chainrel", job, records_per_state=3) as log:
+        refs = {}
+        for _ in range(3):
+            job.forward_backward(job.step + 1)
+            job.step += 1
+            refs[job.step] = [weakref.ref(p.grad) for p in job.model.parameters()
+                              if p.grad is not None]
+            job.opt.step()
+            job.sched.step()
+            log.save_async(job.state(), job.step)
+            if job.step == 2:  # record 2: wait for its commit without ending it
+                t0 = time.monotonic()
+                while lib.pmck_pipeline_busy(log.records._pipe) and time.monotonic() - t0 < 30:
+                    time.sleep(0.001)
+                gc.collect()
+                alive = sum(r() is not None for r in refs[2])
+        gc.collect()
+        after = sum(r() is not None for r in refs[2])
+    if not alive:
+        return "record 2's gradients released before any call after it (nothing to test)"
+    return None if after == 0 else \
+        f"{after} of record 2's {len(refs[2])} gradients still held after the call of step 3"
+
+
+T.run("records_per_state=3: a record's gradients released by the first call after its "
+      "commit", t_chain_releases)
 
 
 def t_chain_cut():

@@ -770,6 +770,7 @@ def test_hook_waits_only_own_layers():
         pmckpt.hook_optimizer(o2, s)
         pmckpt.hook_module(m, s)
         h = s.save_async(st, 1)
+        s._poll = lambda h: None  # taken as in flight however fast it ends: what is asked
         real = h._wait_layers
         h._wait_layers = lambda layers, **kw: (log.append(sorted(layers)), real(layers, **kw))
         o2.step()
@@ -1848,6 +1849,42 @@ def test_pm_path_created():
         return "the refused file was changed"
 
 
+def test_poll():
+    """poll() never waits: False while a checkpoint is in flight, True once it has ended;
+    the ended checkpoint's handle is then done (wait() returns at once) and the store
+    holds no reference to its tensors."""
+    with pmckpt.Store(name="poll", ramdisk=D) as s:
+        if not s.poll():
+            return "poll() False before any save"
+        big = torch.arange(16 << 20, dtype=torch.float32)  # 64 MB
+        ref = weakref.ref(big)
+        h = s.save_async({"big": big, "n": 1}, 1)
+        t0 = time.monotonic()
+        first = s.poll()
+        polls = 1
+        while not s.poll():
+            polls += 1
+            if time.monotonic() - t0 > 60:
+                return "still in flight after 60 s"
+            time.sleep(0.001)
+        T.diag(f"step 1 ended after {polls} polls, {time.monotonic() - t0:.3f} s "
+               f"(first poll: {first})")
+        if not h.done or s.inflight is not None:
+            return f"after poll(): done {h.done}, in flight {s.inflight}"
+        del big
+        gc.collect()
+        if ref() is not None:
+            return "the store still holds the saved tensor after poll() ended it"
+        t0 = time.monotonic()
+        h.wait()
+        if time.monotonic() - t0 > 0.05:
+            return "wait() after poll() waited"
+        s.load()
+        if s.last_recovery["step"] != 1:
+            return f"recovered {s.last_recovery}"
+    return None
+
+
 def test_torn_source():
     """A tensor changed during save_async without the hook: with verify_sources=True the
     checkpoint fails with SourceChangedError and the previous one loads."""
@@ -1994,6 +2031,8 @@ T.run("stats()['call']: save_async's time by phase, the wait for the previous on
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
+T.run("poll(): never waits; an ended checkpoint's handle done and its tensors released",
+      test_poll)
 T.run("Store(namespace name) without such a namespace: Error naming it", test_namespace_name)
 if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyproject.toml")):
     T.run("pip install ./bindings/python", test_pip_install)
