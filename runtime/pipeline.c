@@ -55,6 +55,7 @@ struct pmck_pipeline {
 	struct pmck_pipeline_opts opts;
 	struct pmck_gpu *gpu;
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
+	unsigned commit_delay_ms; /* $PMCK_TEST_COMMIT_DELAY_MS: tests hold commits back */
 	int gpu_hash;          /* $PMCK_GPU_HASH=device: the GPU hashes (all but C; gpu.h) */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
@@ -409,6 +410,11 @@ finish_locked(struct pmck_pipeline *p)
 	int committed = 0;
 
 	pthread_mutex_unlock(&p->lock);
+	if (p->commit_delay_ms) {
+		struct timespec d = {p->commit_delay_ms / 1000, (p->commit_delay_ms % 1000) * 1000000L};
+		while (nanosleep(&d, &d) && errno == EINTR)
+			;
+	}
 	uint64_t commit_ns = 0;
 	if (!ret) {
 		uint64_t t0 = pmck__now_ns();
@@ -551,6 +557,29 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 		return pma__err(-EINVAL, "PMCK_GPU_SUB_MIB=%s: the GPU sub-copy size is a whole "
 				"number of MiB from 1 to %zu", e, PIECE / PMCK_HASH_CHUNK);
 	*sub = mib * PMCK_HASH_CHUNK;
+	return 0;
+}
+
+/*
+ * $PMCK_TEST_COMMIT_DELAY_MS, for tests (0 to 10000, default 0): each commit
+ * waits that long first, so that a checkpoint is still in flight when the
+ * next begins (the window of late commits that crash tests aim their kills at).
+ */
+static int
+test_commit_delay(unsigned *ms)
+{
+	const char *e = getenv("PMCK_TEST_COMMIT_DELAY_MS");
+	char *end;
+
+	*ms = 0;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	unsigned long v = strtoul(e, &end, 10);
+	if (errno || *end || v > 10000 || *e == '-')
+		return pma__err(-EINVAL, "PMCK_TEST_COMMIT_DELAY_MS=%s: a test's delay before "
+				"each commit is a whole number of milliseconds from 0 to 10000", e);
+	*ms = (unsigned)v;
 	return 0;
 }
 
@@ -707,11 +736,16 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 	o.numa_node = o.numa_node <= 0 ? pma_region_numa_node(pmck_store_region(s))
 				       : o.numa_node - 1;
 
+	unsigned commit_delay_ms;
+	if ((ret = test_commit_delay(&commit_delay_ms)))
+		return ret;
+
 	struct pmck_pipeline *p = calloc(1, sizeof(*p));
 	if (!p)
 		return pma__err(-ENOMEM, "out of memory");
 	p->store = s;
 	p->opts = o;
+	p->commit_delay_ms = commit_delay_ms;
 	p->nthreads = o.threads;
 	p->verify = (o.flags & PMCK_PIPELINE_VERIFY_SOURCES) && o.source == PMCK_SOURCE_HOST;
 	p->cpus = node_cpus(o.numa_node);

@@ -337,16 +337,28 @@ class BgCopy:
     def run(self):
         piece = 64 << 20
         try:
+            n = self.src.numel()
+            pieces = [(self.dst[o:o + piece], self.src[o:o + piece]) for o in range(0, n, piece)]
+            prev = None  # the event after the round before (CUDA)
             with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
                 while not self.stop.is_set():
-                    # a round of pieces, then one wait: the thread needs the GIL once a
-                    # round, which the training thread may hold for up to 5 ms
-                    for off in range(0, self.src.numel(), piece):
-                        self.dst[off:off + piece].copy_(self.src[off:off + piece],
-                                                        non_blocking=True)
-                    if self.cuda:
-                        self.stream.synchronize()
-                    self.copied += self.src.numel()
+                    # Each copy_ takes the GIL again after it is queued, which the
+                    # training thread may hold for up to 5 ms: two rounds stay queued
+                    # (the next is issued before the one before it is waited for), so
+                    # the copies keep crossing meanwhile.
+                    for dst, src in pieces:
+                        dst.copy_(src, non_blocking=True)
+                    if not self.cuda:
+                        self.copied += n
+                        continue
+                    ev = torch.cuda.Event()
+                    ev.record(self.stream)
+                    if prev is not None:
+                        prev.synchronize()
+                        self.copied += n
+                    prev = ev
+                if prev is not None:
+                    prev.synchronize()
         except BaseException as e:  # noqa: BLE001 -- reported by close()
             self.error = e
 
@@ -362,6 +374,9 @@ class BgCopy:
     def close(self):
         self.stop.set()
         self.thread.join()
+        self.src = self.dst = None
+        if self.cuda:
+            torch.cuda.empty_cache()  # its device buffer, not the next configuration's
         if self.error is not None:
             raise self.error
 
@@ -690,7 +705,9 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
                 if ck.every and (i - ck.every // 2) % ck.every == 0:
                     ck.save(job)
             if device.type == "cuda":
-                torch.cuda.synchronize()
+                # the training's own stream: a checkpoint's copies still crossing on
+                # other streams (or bgcopy's) would be overlapped by the next step
+                torch.cuda.current_stream(device).synchronize()
         wall = time.perf_counter() - t0
         gpu = job.gpu_times() if job.events else None
         cpu = cpu_delta(c0, thread_cpu(), main)
@@ -700,8 +717,10 @@ def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
         if hasattr(ck, "profile"):
             ck.profile(f"{label} repetition {rep}, measured steps")
     finally:
-        ck.close()
-        restore_env(old_env)
+        try:
+            ck.close()
+        finally:
+            restore_env(old_env)
     r = {"tput": job.tokens_per_step(world) * a.steps / wall, "wall": wall,
          "fb": job.t_fb, "opt": job.t_opt, **{"cpu_" + k: v for k, v in cpu.items()}, **st,
          "gc_s": sum(gcc.ns) / 1e9, "gc_full": gcc.n[2], "gc_n": sum(gcc.n)}

@@ -265,9 +265,18 @@ class GradientLog:
         self.record_stores = tuple(stores)
         self.records = stores[0]
         self.trust_step_hooks = bool(trust_step_hooks)
-        self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
-                       optimizer.register_step_post_hook(self._post_step),
-                       hook_optimizer(optimizer, self.store)]
+        self._hooks = []
+        try:
+            self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
+                           optimizer.register_step_post_hook(self._post_step)]
+            self._hooks.append(hook_optimizer(optimizer, self.store))
+        except BaseException:
+            self._unhook()
+            try:
+                _each((self.store,) + self.record_stores, Store.close)
+            except BaseException:  # noqa: BLE001 -- the hooks' failure is the one to raise
+                pass
+            raise
         self._replaying = False
         self._groups = None  # the parameter groups the step since the last checkpoint ran with
         self._why_step = None  # why that step cannot be recorded

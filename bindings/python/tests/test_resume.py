@@ -8,8 +8,10 @@ checkpoints; each restart must resume from the newest checkpoint that was
 committed.  gradlog: pmckpt.GradientLog, a checkpoint every step, whole states
 and gradient records in turn, a record replayed onto its whole state on
 resume; gradlog3: chains of three records after each whole state, replayed in
-turn; gradlog3q: the same with on_busy="queue" and three checkpoints left in
-flight (whole states commit late, records go on meanwhile).  Usage:
+turn; gradlog3q: the same with on_busy="queue", five checkpoints left in
+flight and every commit held back 200 ms (PMCK_TEST_COMMIT_DELAY_MS), so that
+saves queue behind the one in flight in their store and whole states commit
+after the records that follow them (some saves must have queued).  Usage:
 test_resume.py [sync|async|gradlog|gradlog3|gradlog3q ...]  (default all)."""
 import os
 import random
@@ -34,16 +36,20 @@ def spawn(mode, name, logpath, every=None):
     gradlog = mode.startswith("gradlog")
     if every is None:
         every = 1 if gradlog else EVERY
-    chain = []
-    if gradlog:  # gradlogN: chains of N records; gradlogNq: with the queue, N in flight
+    chain, env = [], None
+    if gradlog:  # gradlogN: chains of N records; gradlogNq: with the queue
         k = mode[len("gradlog"):].rstrip("q") or "1"
         chain = ["--records-per-state", k]
         if mode.endswith("q"):
-            chain += ["--on-busy", "queue", "--in-flight", k]
+            # Every commit held back 200 ms, several saves in flight: each store's
+            # checkpoint is still in flight at its next save, which queues behind it,
+            # and whole states commit after the records that follow them
+            chain += ["--on-busy", "queue", "--in-flight", str(int(k) + 2)]
+            env = {**os.environ, "PMCK_TEST_COMMIT_DELAY_MS": "200"}
     return subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), "--dir", D,
                              "--name", name, "--steps", str(STEPS), "--every", str(every),
                              "--mode", "gradlog" if gradlog else mode, "--log", logpath]
-                            + chain, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            + chain, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def records(path):
@@ -162,6 +168,9 @@ def trial_series(mode):
     logs.append(path)
     rc, err = run_to_end(spawn(mode, name, path))
     T.ok(rc == 0 and records(path)[-1][0] == "F", f"{mode}: the last restart runs to the end", err)
+    if mode.endswith("q"):
+        q = sum(1 for p in logs for r in records(p) if r[0] == "Q")
+        T.ok(q > 0, f"{mode}: {q} saves queued behind one in flight")
     T.ok(kills >= 4, f"{mode}: {kills} processes killed with SIGKILL")
     T.ok(during >= 1, f"{mode}: {during} of the kills landed inside a checkpoint")
 

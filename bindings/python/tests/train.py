@@ -13,6 +13,7 @@ each, appended to --log (they survive a SIGKILL in the page cache):
   E <step>          save (sync: durable) / save_async (async: queued) returned
   D <step>          async, gradlog: the checkpoint of <step> is committed (handle.wait;
                     gradlog: a record and the whole state it follows)
+  Q <step>          --on-busy queue: the save of <step> was queued behind one in flight
 """
 import argparse
 import collections
@@ -32,7 +33,8 @@ ap.add_argument("--mode", choices=("sync", "async", "gradlog"), default="sync",
                 help="gradlog: pmckpt.GradientLog, save_async (whole states and records in turn)")
 ap.add_argument("--records-per-state", type=int, default=1,
                 help="gradlog: GradientLog(records_per_state=N)")
-ap.add_argument("--on-busy", default="wait", help="the store's on_busy (async, gradlog)")
+ap.add_argument("--on-busy", default="wait", choices=("wait", "queue"),
+                help="the store's on_busy (async, gradlog)")
 ap.add_argument("--in-flight", type=int, default=1,
                 help="async, gradlog: checkpoints left in flight before waiting for the "
                      "oldest (its D record)")
@@ -121,7 +123,11 @@ for step in range(start, a.steps):
                 h.wait()
                 done(h)
             log(f"B {step + 1}", echo=True)
-            pending.append(store.save_async(state, step + 1))
+            h = store.save_async(state, step + 1)
+            # queued behind a checkpoint in flight (on_busy="queue"): its handle says so
+            if getattr(getattr(h, "_handle", h), "_queued", None) is not None:
+                log(f"Q {step + 1}")
+            pending.append(h)
             log(f"E {step + 1}")
 while pending:
     h = pending.popleft()
