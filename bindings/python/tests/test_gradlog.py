@@ -1134,13 +1134,15 @@ class Skipped(Lost):
     skipped = True
 
 
-def t_restart_waits(rollback):
+def t_restart_waits(how):
     """A run leaves a record newer than the newest loadable step (whole state 3 lost,
-    record 4 of its chain committed).  Loaded from step 2 again (rollback: by the same
-    GradientLog, which saved before; else by a new one, a restart), the first chain's
+    record 4 of its chain committed).  Loaded from step 2 again (how: "rollback", by the
+    same GradientLog, which saved before; "restart", by a new one; "elsewhere", a new one
+    that does not load: the state of step 2 restored by other means), the first chain's
     first record (step 5, the records' newest being 4) overwrites record 2, which step 2
-    needs, so it waits for the first whole state saved since the load (held)."""
-    name = f"restart{int(rollback)}"
+    needs, so it waits for the first whole state saved since (held)."""
+    rollback = how == "rollback"
+    name = f"restart-{how}"
     job = Job()
     gate, out = threading.Event(), []
     with warnings.catch_warnings(record=True) as w:
@@ -1156,8 +1158,12 @@ def t_restart_waits(rollback):
             job = Job()
             log = open_log(name, job)
         with log:
-            job.apply(log.load())
-            step = log.last_recovery["step"]
+            if how == "elsewhere":
+                job.apply(clone(REF[2]))
+                step = 2
+            else:
+                job.apply(log.load())
+                step = log.last_recovery["step"]
             blocked = held_save(log, job, {3: lambda h: Held(h, gate)}, gate, out, 2)
     msgs = [str(x.message) for x in w if "GradientLog" in str(x.message)]
     if kinds != ["state", "record", "state", "record"]:
@@ -1170,9 +1176,11 @@ def t_restart_waits(rollback):
 
 T.run("after a restart, the first record waits for a whole state of the restart: one "
       "left by the run before may have been newer than the step loaded", t_restart_waits,
-      False)
+      "restart")
 T.run("after a rollback (load() by the GradientLog that saved), the same", t_restart_waits,
-      True)
+      "rollback")
+T.run("a new GradientLog that does not load (the state restored by other means): the same",
+      t_restart_waits, "elsewhere")
 
 
 def t_chain_skipped():
