@@ -126,6 +126,30 @@ def replayed_as(name, want, opt="adamw"):
     return same(want, sd) if rec["replayed"] else f"not replayed: last_recovery {rec}"
 
 
+def chain_loads_as(name, k, step, replayed, want):
+    """None if a new job's load of `name` (records_per_state=k) gives step `step`, with
+    `replayed` records replayed, equal to want bit for bit."""
+    sd, rec, _, _ = loaded(name, records_per_state=k)
+    if rec["step"] != step or rec["records_replayed"] != replayed:
+        return f"last_recovery {rec}"
+    return same(want, sd)
+
+
+def resumed_to_12(name, n, sd, job, **kw):
+    """None if job, with sd (the loaded state of step n) applied, holds step n's model and
+    optimizer state, and trained on from there saves a step 12 that loads bit-exact.
+    kw: open_log's."""
+    job.apply(sd)
+    r = same(REF[n]["model"], job.model.state_dict()) or \
+        same(REF[n]["optim"], job.opt.state_dict())
+    if r:
+        return f"after apply: {r}"
+    with open_log(name, job, **kw) as log:
+        train(log, job, 12)
+    sd, rec, _, _ = loaded(name, **kw)
+    return same(REF[12], sd) or (None if rec["step"] == 12 else f"then: {rec}")
+
+
 def t_alternates(n):
     name = f"alt{n}"
     job, kinds = Job(), []
@@ -148,17 +172,7 @@ def t_alternates(n):
     r = same(REF[whole], sd_whole)
     if r or rec_whole["replayed"] or rec_whole["step"] != whole:
         return f"load(replay=False): {r or rec_whole}"
-    # the model and optimizer were left at that step too, and training goes on from it
-    job2.apply(sd)
-    r = same(REF[n]["model"], job2.model.state_dict()) or \
-        same(REF[n]["optim"], job2.opt.state_dict())
-    if r:
-        return f"after apply: {r}"
-    with open_log(name, job2) as log:
-        train(log, job2, 12)
-    sd, rec, _, _ = loaded(name)
-    return same(REF[12], sd) or (None if rec["replayed"] == (12 - n) % 2 == 0 or
-                                 rec["step"] == 12 else f"then: {rec}")
+    return resumed_to_12(name, n, sd, job2)
 
 
 T.run("every step saved, whole states and records in turn: step 7 (a whole state) "
@@ -195,15 +209,7 @@ def t_chain(k, n):
     r = same(REF[n], sd)
     if r:
         return f"step {n} loaded: {r}"
-    job2.apply(sd)
-    r = same(REF[n]["model"], job2.model.state_dict()) or \
-        same(REF[n]["optim"], job2.opt.state_dict())
-    if r:
-        return f"after apply: {r}"
-    with open_log(name, job2, records_per_state=k) as log:
-        train(log, job2, 12)
-    sd, rec, _, _ = loaded(name, records_per_state=k)
-    r = same(REF[12], sd) or (None if rec["step"] == 12 else f"then: {rec}")
+    r = resumed_to_12(name, n, sd, job2, records_per_state=k)
     if r:
         return r
     files = [os.path.join(D, f"pmckpt-{x}.pool") for x in [name] + stores]
@@ -354,10 +360,7 @@ def t_chain_fallbacks():
                 "2 optimizer steps since the last checkpoint"):
         if sum(why in m for m in msgs) != 1:
             return f"not one warning saying '{why}': {msgs}"
-    sd, rec, _, _ = loaded("chainfb", records_per_state=3)
-    if rec["step"] != 9 or rec["records_replayed"] != 3:
-        return f"last_recovery {rec}"
-    return same(want, sd)
+    return chain_loads_as("chainfb", 3, 9, 3, want)
 
 
 T.run("records_per_state=3: a parameter changed in place after a record, two optimizer "
@@ -995,6 +998,12 @@ def held_save(log, job, wrap, gate, kinds, steps):
     for _ in range(steps):
         job.train_step()
         kinds.append(log.save_async(job.state(), job.step).kind)
+    return blocked_save(log, job, kinds, gate)
+
+
+def blocked_save(log, job, kinds, gate):
+    """Trains a step and saves it in a thread: True if that save was still blocked after
+    a second; then sets gate and lets it end.  kinds: its kind appended."""
     job.train_step()
     t = threading.Thread(target=lambda: kinds.append(log.save_async(job.state(),
                                                                     job.step).kind))
@@ -1090,14 +1099,7 @@ def t_chain_waits():
         early = gate.is_set()
         handles[6]._handle.wait()  # record 6 itself is committed
         done_early = handles[6].done
-        job.train_step()
-        t = threading.Thread(target=lambda: kinds.append(log.save_async(job.state(),
-                                                                        job.step).kind))
-        t.start()
-        t.join(1.0)
-        blocked = t.is_alive()
-        gate.set()
-        t.join()
+        blocked = blocked_save(log, job, kinds, gate)
         try:
             handles[6].wait()
             raised = None
@@ -1196,10 +1198,7 @@ def t_chain_skipped():
         want = clone(job.state())
     if kinds != ["state", "record", "state", "record", "record"] or counts != (2, 2):
         return f"kinds {kinds}, counts {counts}"
-    sd, rec, _, _ = loaded("chainskip", records_per_state=2)
-    if rec["step"] != 5 or rec["records_replayed"] != 2:
-        return f"last_recovery {rec}"
-    return same(want, sd)
+    return chain_loads_as("chainskip", 2, 5, 2, want)
 
 
 T.run("a chain's record skipped: the next step saved whole, and the chain after it loads "
@@ -1221,10 +1220,7 @@ def t_chain_store_broken():
     if kinds != ["state", "record", "state", "record"] or \
             sum("chainbroken-grads2" in m and "unusable" in m for m in msgs) != 1:
         return f"kinds {kinds}, warnings {msgs}"
-    sd, rec, _, _ = loaded("chainbroken", records_per_state=2)
-    if rec["step"] != 7 or rec["records_replayed"] != 1:
-        return f"last_recovery {rec}"
-    return same(want, sd)
+    return chain_loads_as("chainbroken", 2, 7, 1, want)
 
 
 T.run("the second records' store truncated: records there refused, whole states instead "
