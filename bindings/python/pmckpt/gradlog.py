@@ -267,8 +267,8 @@ class GradientLog:
         self.trust_step_hooks = bool(trust_step_hooks)
         self._hooks = []
         try:
-            self._hooks = [optimizer.register_step_pre_hook(self._pre_step),
-                           optimizer.register_step_post_hook(self._post_step)]
+            self._hooks.append(optimizer.register_step_pre_hook(self._pre_step))  # [0]
+            self._hooks.append(optimizer.register_step_post_hook(self._post_step))
             self._hooks.append(hook_optimizer(optimizer, self.store))
         except BaseException:
             self._unhook()
