@@ -118,18 +118,22 @@ class GradientLogHandle:
 class _Chain:
     """The whole state that records may follow, and the records saved after it."""
 
-    __slots__ = ("step", "id", "handle", "shape", "handles", "last_step", "last_versions")
+    __slots__ = ("step", "id", "shape", "handles", "last_step", "last_versions")
 
     def __init__(self, step, base_id, handle, shape, versions):
         self.step = step  # the whole state's
         self.id = base_id  # its random id, kept in each record of the chain
-        self.handle = handle  # its SaveHandle
         self.shape = shape  # (parameter groups, parameters) of the optimizer then
         self.handles = [handle]  # the state's SaveHandle and each record's, in order
         # the step of the chain's last checkpoint (the state or a record), and the version
         # counters _versions() gave then: the next step must begin from those
         self.last_step = step
         self.last_versions = versions
+
+    @property
+    def handle(self):
+        """The whole state's SaveHandle."""
+        return self.handles[0]
 
     @property
     def records(self):
