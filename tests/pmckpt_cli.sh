@@ -197,14 +197,17 @@ rm -rf "$RO" "$RP"
 # One writer or several readers: a pool locked for writing (here by flock(1)) is refused,
 # and the message names the holder's pid.
 if command -v flock >/dev/null 2>&1; then
-	# -o: only flock(1) holds the lock, not the sleep it runs
-	flock -o -x "$P" sleep 30 &
+	# -o: only flock(1) holds the lock, not the sleep it runs.  The sleep's output goes
+	# nowhere: killing flock(1) leaves it running, and prove would wait for it to close
+	# the test's stdout (30 s).  It is killed too, by the pid it wrote.
+	flock -o -x "$P" sh -c 'echo $$ > "$0"; exec sleep 30' "$T/flock-sleep.pid" \
+		</dev/null >/dev/null 2>&1 &
 	fl=$!
 	for i in 1 2 3 4 5 6 7 8 9 10; do grep -q "FLOCK.* $fl " /proc/locks && break; sleep 0.1; done
 	run "$PM" list --pool "$P"
 	check "a pool locked for writing by pid $fl: list exits 1 naming the pid" \
 		"failed_with \"held for writing by pid $fl\""
-	kill "$fl"
+	kill "$fl" $(cat "$T/flock-sleep.pid" 2>/dev/null) 2>/dev/null
 	wait "$fl" 2>/dev/null
 	run "$PM" list --pool "$P"
 	check "once the holder is gone, list works" 'test $rc = 0'
