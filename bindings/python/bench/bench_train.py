@@ -58,6 +58,11 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   memory as fast as it can on a stream of its own (CPU: between
                   two host buffers) for the whole run, 64 MiB a copy: the traffic's
                   own cost, without pmckpt (its rate in the cost line)
+  bgcopyN         the same paced to about N GB/s: on a GPU each copy is followed on
+                  its stream by a wait kernel (torch.cuda._sleep, one thread) as
+                  long as the pace leaves, so the host issues a round at a time as
+                  bgcopy does (CPU: the thread sleeps); whether the same bytes
+                  spread over the step cost training less than at full speed
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -319,11 +324,16 @@ class BgCopy:
     a device buffer to pinned host memory on a non-blocking stream of its own (CUDA), or
     between two host buffers (CPU), in 64 MiB pieces: what the traffic of a checkpoint
     alone costs training (the GPU's forward+backward while PCIe carries device-to-host
-    copies), without pmckpt's threads, events and calls."""
+    copies), without pmckpt's threads, events and calls.  gbps: paced to about that
+    many GB/s (bgcopyN) instead."""
     every = 0  # it never saves
+    PIECE = 64 << 20
 
-    def __init__(self, job, mib):
+    def __init__(self, job, mib, gbps=None):
         n = mib << 20
+        self.gbps = gbps
+        self.full_gbps = None  # CUDA, paced: the unpaced rate measured first
+        self.gap_us = 0.0  # CUDA, paced: the wait kernel after each copy
         self.cuda = job.device.type == "cuda"
         self.src = torch.empty(n, dtype=torch.uint8, device=job.device)
         self.dst = torch.empty(n, dtype=torch.uint8, pin_memory=self.cuda)
@@ -334,13 +344,36 @@ class BgCopy:
         self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgcopy")
         self.thread.start()
 
+    def _gap_cycles(self, pieces):
+        """CUDA, paced: the wait kernel's length in GPU clock cycles after each copy,
+        from one unpaced round and one wait kernel timed on the stream (current)."""
+        t = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        t[0].record()
+        for dst, src in pieces:
+            dst.copy_(src, non_blocking=True)
+        t[1].record()
+        cycles = 50_000_000
+        torch.cuda._sleep(cycles)
+        t[2].record()
+        t[2].synchronize()
+        full = len(pieces) * self.PIECE / (t[0].elapsed_time(t[1]) / 1e3)
+        per_s = cycles / (t[1].elapsed_time(t[2]) / 1e3)
+        self.full_gbps = full / 1e9
+        self.copied += len(pieces) * self.PIECE
+        gap = max(0.0, self.PIECE / (self.gbps * 1e9) - self.PIECE / full)
+        self.gap_us = gap * 1e6
+        return int(gap * per_s)
+
     def run(self):
-        piece = 64 << 20
+        piece = self.PIECE
         try:
             n = self.src.numel()
             pieces = [(self.dst[o:o + piece], self.src[o:o + piece]) for o in range(0, n, piece)]
             prev = None  # the event after the round before (CUDA)
+            pace = self.gbps and piece / (self.gbps * 1e9)  # seconds a piece, paced
             with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+                gap = self._gap_cycles(pieces) if pace and self.cuda else 0
+                due = time.perf_counter()
                 while not self.stop.is_set():
                     # Each copy_ takes the GIL again after it is queued, which the
                     # training thread may hold for up to 5 ms: two rounds stay queued
@@ -348,6 +381,13 @@ class BgCopy:
                     # the copies keep crossing meanwhile.
                     for dst, src in pieces:
                         dst.copy_(src, non_blocking=True)
+                        if gap:  # paced on the GPU: no wake-up of this thread a copy
+                            torch.cuda._sleep(gap)
+                        elif pace and not self.cuda:
+                            # the next copy begins a pace after this one did, or now
+                            # if this one took longer (no burst to catch up)
+                            due = max(due + pace, time.perf_counter())
+                            time.sleep(max(0.0, due - time.perf_counter()))
                     if not self.cuda:
                         self.copied += n
                         continue
@@ -374,6 +414,9 @@ class BgCopy:
     def close(self):
         self.stop.set()
         self.thread.join()
+        if self.full_gbps is not None:
+            print(f"# bgcopy{self.gbps:g}: unpaced {self.full_gbps:.1f} GB/s in its first "
+                  f"round, then a wait of {self.gap_us:.0f} us after each 64 MiB copy")
         self.src = self.dst = None
         if self.cuda:
             torch.cuda.empty_cache()  # its device buffer, not the next configuration's
@@ -570,8 +613,10 @@ class TorchSave:
 def make_ckpt(cfg, a, job, name, group=None):
     if cfg.endswith("none"):
         return NoCkpt()
-    if cfg == "bgcopy":  # the copies' traffic alone, 1 GiB a round on a GPU
-        return BgCopy(job, 1024 if job.device.type == "cuda" else 256)
+    bg = re.fullmatch(r"bgcopy([1-9][0-9]*)?", cfg)
+    if bg:  # the copies' traffic alone, 1 GiB a round on a GPU; bgcopyN: paced, N GB/s
+        return BgCopy(job, 1024 if job.device.type == "cuda" else 256,
+                      gbps=int(bg.group(1)) if bg.group(1) else None)
     kind, _, every = cfg.rpartition("_every")
     kind, every = kind.removeprefix("mr_"), int(every)
     kw = dict(threads=a.threads) if a.threads else {}
@@ -910,6 +955,10 @@ def main():
 
     ratio("train_tput_ckpt_every_step_vs_none", "pm_every1", "none", R)
     ratio("train_tput_background_copies_vs_none", "bgcopy", "none", R)
+    for cfg in R:  # paced: against none, and against the same copies at full speed
+        if re.fullmatch(r"bgcopy[1-9][0-9]*", cfg):
+            ratio(f"train_tput_background_copies_{cfg[6:]}gbps_vs_none", cfg, "none", R)
+            ratio(f"train_tput_background_copies_{cfg[6:]}gbps_vs_full", cfg, "bgcopy", R)
     ratio("train_tput_ckpt_every10_vs_none", "pm_every10", "none", R)
     ratio("train_tput_every_step_vs_dcp_async_every_step", "pm_every1", "dcp_every1", R)
     ratio("train_tput_every10_vs_dcp_async_every10", "pm_every10", "dcp_every10", R)

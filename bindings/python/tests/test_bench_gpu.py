@@ -67,6 +67,7 @@ def test_dry_run():
 
 TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "bgcopy": "train_tput_background_copies_vs_none",
+                 "bgcopy2": "train_tput_background_copies_2gbps_vs_full",
                  "pmsow_every1": "train_tput_snapshot_on_wait_every_step_vs_none",
                  "pmqsow_every1": "train_tput_queue_snapshot_on_wait_every_step_vs_none",
                  "pmdh_every1": "train_tput_device_hash_every_step_vs_none",
@@ -104,6 +105,10 @@ def test_train_dry_run():
     if not any(ln.startswith("bench: cost pm_every1: ") and "writers' ms per step" in ln
                and " busy " in ln for ln in lines):
         return f"no writers' time in pm_every1's cost line:\n{p.stdout}"
+    paced = [float(m.group(1)) for ln in lines if ln.startswith("bench: cost bgcopy2: ")
+             for m in [re.search(r"background copies ([0-9.]+) GB/s", ln)] if m]
+    if not paced or paced[0] > 2.5:  # paced to 2 GB/s: never faster (one piece early at most)
+        return f"bgcopy2 not paced to 2 GB/s ({paced}):\n{p.stdout}"
 
 
 def test_train_suffix_typo():
