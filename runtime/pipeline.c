@@ -57,6 +57,7 @@ struct pmck_pipeline {
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
 	unsigned commit_delay_ms; /* $PMCK_TEST_COMMIT_DELAY_MS: tests hold commits back */
 	int gpu_hash;          /* $PMCK_GPU_HASH=device: the GPU hashes (all but C; gpu.h) */
+	unsigned pace_gbps;    /* $PMCK_GPU_RATE_GBPS: GPU pieces paced (pace.c), 0: not */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
 	pthread_cond_t done;   /* callers: a layer or the checkpoint finished */
@@ -368,6 +369,12 @@ writer(void *arg)
 		int skip = p->error != 0;
 		pthread_mutex_unlock(&p->lock);
 
+		/*
+		 * $PMCK_GPU_RATE_GBPS: the piece first waits for its interval on the
+		 * process's schedule of copies out of the device (pace.c); not busy time.
+		 */
+		if (p->pace_gbps && !bind_err && !skip)
+			pmck__pace(p->pace_gbps, j.len);
 		struct writer_clock clk = {0};
 		uint64_t t0 = pmck__now_ns();
 		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws, &clk);
@@ -678,6 +685,8 @@ open_gpu(struct pmck_pipeline *p)
 		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
 	if (!ret)
 		ret = gpu_wait_flags(&flags);
+	if (!ret)
+		ret = pmck__pace_rate(&p->pace_gbps);
 	if (ret)
 		return ret;
 	/* G snapshots whole tensors, a wait whole jobs: the most of either at once. */

@@ -1137,6 +1137,110 @@ test_source(const char *path, enum pmck_source src, uint64_t *step, int device_h
 	is_int(n, 0, "%s: no breach of the GPU contract%s%s", name, n ? ": " : "", n ? first_breach : "");
 }
 
+/* What each of two threads took from pmck__pace: interval begins, and when it returned. */
+#define PACED 12
+struct paced {
+	uint64_t begin[PACED], back[PACED];
+};
+
+static void *
+take_intervals(void *arg)
+{
+	struct paced *t = arg;
+
+	for (unsigned i = 0; i < PACED; i++) {
+		t->begin[i] = pmck__pace(2, 1u << 20);
+		t->back[i] = pmck__now_ns();
+	}
+	return NULL;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * $PMCK_GPU_RATE_GBPS (pace.c): the schedule gives two threads intervals that
+ * never overlap and returns none before its begins; a bad value is refused
+ * before the GPU path opens; a paced checkpoint commits bit-exact and cannot
+ * have taken less than its bytes at the pace (all but its largest piece).
+ */
+static void
+test_pace(const char *path, uint64_t *step)
+{
+	struct paced t[2];
+	pthread_t th[2];
+	int started = 0;
+	for (int i = 0; i < 2; i++)
+		started += !pthread_create(&th[i], NULL, take_intervals, &t[i]);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	uint64_t all[2 * PACED];
+	int early = 0, overlap = 0;
+	for (int i = 0; i < 2; i++)
+		for (unsigned k = 0; k < PACED; k++) {
+			all[i * PACED + k] = t[i].begin[k];
+			early += t[i].back[k] < t[i].begin[k];
+		}
+	qsort(all, 2 * PACED, sizeof(all[0]), cmp_u64);
+	for (unsigned k = 1; k < 2 * PACED; k++)
+		overlap += all[k] - all[k - 1] < (1u << 20) / 2;
+	ok(started == 2 && !early && !overlap, "pace: two threads, %d intervals of 1 MiB at 2 GB/s: "
+			"none overlaps another (%d did), none returned before it began (%d did)",
+			2 * PACED, overlap, early);
+
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p = NULL;
+	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1,
+			.source = PMCK_SOURCE_GPU_DIRECT};
+	static const char *const bad[] = {"0", "1001", "2.5", "-3", "fast"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("PMCK_GPU_RATE_GBPS", bad[i], 1);
+		open_flags = ~0u;
+		int ret = open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s);
+		if (!ret)
+			ret = pmck_pipeline_new(s, &o, &p);
+		ok(ret == -EINVAL && !p && open_flags == ~0u &&
+				strstr(pmck_errormsg(), "PMCK_GPU_RATE_GBPS=") &&
+				strstr(pmck_errormsg(), bad[i]) && strstr(pmck_errormsg(), "1 to 1000"),
+				"PMCK_GPU_RATE_GBPS=%s refused before the GPU path opens: %s", bad[i],
+				pmck_errormsg());
+		pmck_pipeline_delete(&p);
+		close_store(&r, &pool, &s);
+	}
+
+	setenv("PMCK_GPU_RATE_GBPS", "1", 1);
+	unsigned before = atomic_load(&breaches);
+	int ret = open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s);
+	if (!ret)
+		ret = pmck_pipeline_new(s, &o, &p);
+	struct pmck_recovery rec;
+	if (!ret && !pmck_store_recover(s, &rec) && rec.step > *step)
+		*step = rec.step; /* after the tests that chose their own steps */
+	uint64_t bytes = 0, t0 = pmck__now_ns();
+	for (int k = 0; k < 3 && !ret; k++) {
+		fill(++*step);
+		ret = checkpoint(p, *step, k);
+		ret = ret ? ret : exact(s, *step) ? 0 : -EBADMSG;
+		for (size_t i = 0; i < N; i++)
+			bytes += nbytes[i];
+	}
+	uint64_t took = pmck__now_ns() - t0, least = bytes - (8u << 20); /* all but one piece */
+	ok(!ret && took >= least, "PMCK_GPU_RATE_GBPS=1: three checkpoints (%.1f MB) bit-exact, "
+			"in %.1f ms, not under the %.1f ms their pieces take at the pace%s%s",
+			bytes / 1e6, took / 1e6, least / 1e6, ret ? ": " : "", ret ? pmck_errormsg() : "");
+	pmck_pipeline_delete(&p);
+	close_store(&r, &pool, &s);
+	unsetenv("PMCK_GPU_RATE_GBPS");
+	unsigned n = atomic_load(&breaches) - before;
+	is_int(n, 0, "paced: no breach of the GPU contract%s%s", n ? ": " : "", n ? first_breach : "");
+}
+
 int
 main(void)
 {
@@ -1167,6 +1271,7 @@ main(void)
 	for (enum pmck_source src = PMCK_SOURCE_GPU_DIRECT; src <= PMCK_SOURCE_GPU_STAGED; src++)
 		test_snapshot_on_wait_writers(path, src, &step);
 	test_snapshot_on_wait_refused(path);
+	test_pace(path, &step);
 
 	/* A mistyped PMCK_GPU_HASH is refused, saying what it takes. */
 	struct pmck_pipeline *p = NULL;
