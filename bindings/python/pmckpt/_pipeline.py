@@ -215,15 +215,19 @@ class SaveHandle:
         # data_ptr of a tensor written in place -> its layer (the first one's, if two)
         self._ptr_layer = {}
         if not skipped:
-            ptrs = prep.ptrs
-            if prep.dense and not prep.staged:  # every tensor (in C: ~1170 a save)
-                self._ptr_layer = dict(zip(reversed(ptrs), reversed(prep.layers)))
-            else:
-                pairs = [(p, layer) for e, p, t, layer in zip(prep.entries, ptrs, prep.tensors,
-                                                              prep.layers)
-                         if e.zero_copy and e.nbytes and not (prep.staged and t.is_cuda)]
-                self._ptr_layer = dict(reversed(pairs))
+            self._map_sources(prep, prep.ptrs)
         self._queued = None  # on_busy='queue': its _PendingSave until it has begun
+
+    def _map_sources(self, prep, ptrs):
+        """The map the hooks look tensors up in (wait_for): each address in ptrs (one
+        per tensor of prep) of a tensor the checkpoint reads in place -> its layer."""
+        if prep.dense and not prep.staged:  # every tensor (in C: ~1170 a save)
+            self._ptr_layer = dict(zip(reversed(ptrs), reversed(prep.layers)))
+        else:
+            pairs = [(p, layer) for e, p, t, layer in zip(prep.entries, ptrs, prep.tensors,
+                                                          prep.layers)
+                     if e.zero_copy and e.nbytes and not (prep.staged and t.is_cuda)]
+            self._ptr_layer = dict(reversed(pairs))
 
     @property
     def done(self):
@@ -551,6 +555,10 @@ class _Pipeline:
                                                              ptrs)])
             keep.append(arr)
             h = handle or SaveHandle(self, step, prep, None)
+            if handle is not None and ptrs != prep.ptrs:
+                # a tensor's memory replaced while queued: the hooks wait for what is
+                # read now (before pending.begun below lets them look)
+                h._map_sources(prep, ptrs)
             h._keep = keep
             h._meta_index = n - 1
             h._arr = arr

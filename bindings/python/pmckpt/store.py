@@ -255,7 +255,11 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         waited for first (or, with on_busy='skip', this one is skipped:
         handle.skipped; with on_busy='queue', this call returns at once and the
         checkpoint begins, in a thread of the store's, when that one has
-        committed: the hooks and handle.wait_for wait for it to begin).
+        committed: the hooks and handle.wait_for wait for it to begin; a
+        tensor whose memory is replaced meanwhile (t.data = ...) is read
+        from its new memory, which on a GPU must be ready by then: the copies
+        are ordered after the work queued on the caller's stream before this
+        call, not after what it queued since).
 
         With shared_dir, a copy-out that failed since the last report is
         raised first, as CopyoutError, and nothing of this call is done (the

@@ -789,7 +789,8 @@ def test_hook_waits_only_own_layers():
 def test_queue_memory_replaced():
     """on_busy='queue': a queued save whose tensor's memory is replaced before it begins
     (t.data = ..., the old memory freed) writes what the tensor holds when it begins,
-    as before a save's addresses were taken from its encode (it read the freed memory)."""
+    as before a save's addresses were taken from its encode (it read the freed memory),
+    and the optimizer's hooks look up the new memory (they would not wait for it)."""
     big = 48 << 20  # float32 elements: 192 MB, so that the first save is still in flight
     for attempt in range(3):
         w1, w2, new = torch.ones(big), torch.full((big,), 2.0), torch.full((big,), 7.0)
@@ -800,6 +801,9 @@ def test_queue_memory_replaced():
             w2.data = new  # the old memory freed: w2 held the only reference
             # queued, and not begun yet: the first save has not committed
             queued = h._queued is not None and not h._queued.settled
+            h._begun()
+            # the optimizer's hooks look the new memory up (they would not wait for it)
+            mapped = new.data_ptr() in h._ptr_layer
             s.wait()
             got = s.load(step=2)["w"]
         finally:
@@ -808,6 +812,8 @@ def test_queue_memory_replaced():
         if queued:
             if not torch.equal(got, w2):
                 return f"the queued save wrote {got[:3].tolist()}..., not the tensor's new memory"
+            if not mapped:
+                return "the hooks' map of the queued save holds the tensor's old memory"
             return None
     T.diag("the second save never queued behind the first (too fast a machine?)")
     return None
