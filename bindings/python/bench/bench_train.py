@@ -341,8 +341,20 @@ class BgCopy:
         self.copied = 0
         self.error = None
         self.stop = threading.Event()
+        self.gap = 0  # CUDA, paced: the wait kernel's cycles after each copy
+        if gbps and self.cuda:
+            # measured alone, before the run's warm-up (beside training it would read
+            # slower, and the pace would come out faster than asked)
+            torch.cuda.synchronize(job.device)
+            with torch.cuda.stream(self.stream):
+                self.gap = self._gap_cycles(self._pieces())
         self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgcopy")
         self.thread.start()
+
+    def _pieces(self):
+        piece = self.PIECE
+        return [(self.dst[o:o + piece], self.src[o:o + piece])
+                for o in range(0, self.src.numel(), piece)]
 
     def _gap_cycles(self, pieces):
         """CUDA, paced: the wait kernel's length in GPU clock cycles after each copy,
@@ -359,20 +371,18 @@ class BgCopy:
         full = len(pieces) * self.PIECE / (t[0].elapsed_time(t[1]) / 1e3)
         per_s = cycles / (t[1].elapsed_time(t[2]) / 1e3)
         self.full_gbps = full / 1e9
-        self.copied += len(pieces) * self.PIECE
         gap = max(0.0, self.PIECE / (self.gbps * 1e9) - self.PIECE / full)
         self.gap_us = gap * 1e6
         return int(gap * per_s)
 
     def run(self):
-        piece = self.PIECE
         try:
             n = self.src.numel()
-            pieces = [(self.dst[o:o + piece], self.src[o:o + piece]) for o in range(0, n, piece)]
+            pieces = self._pieces()
             prev = None  # the event after the round before (CUDA)
-            pace = self.gbps and piece / (self.gbps * 1e9)  # seconds a piece, paced
+            pace = self.gbps and self.PIECE / (self.gbps * 1e9)  # seconds a piece, paced
+            gap = self.gap
             with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
-                gap = self._gap_cycles(pieces) if pace and self.cuda else 0
                 due = time.perf_counter()
                 while not self.stop.is_set():
                     # Each copy_ takes the GIL again after it is queued, which the
@@ -415,8 +425,8 @@ class BgCopy:
         self.stop.set()
         self.thread.join()
         if self.full_gbps is not None:
-            print(f"# bgcopy{self.gbps:g}: unpaced {self.full_gbps:.1f} GB/s in its first "
-                  f"round, then a wait of {self.gap_us:.0f} us after each 64 MiB copy")
+            print(f"# bgcopy{self.gbps:g}: unpaced {self.full_gbps:.1f} GB/s in a round "
+                  f"alone, then a wait of {self.gap_us:.0f} us after each 64 MiB copy")
         self.src = self.dst = None
         if self.cuda:
             torch.cuda.empty_cache()  # its device buffer, not the next configuration's
