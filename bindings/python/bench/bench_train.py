@@ -54,6 +54,9 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   they spin by default), with device hashing (PMCK_GPU_HASH=device),
                   or with 8 MiB sub-copies (PMCK_GPU_SUB_MIB=8: half the writers'
                   CUDA calls); suffixes combine (pmglqsnap_every1:dh:sub8)
+  NAME:rateN      CUDA: any of these with the copies out of the device paced to
+                  about N GB/s for the whole process (PMCK_GPU_RATE_GBPS=N), against
+                  the same unpaced when both run
   bgcopy          no checkpoints: a thread copying device memory to pinned host
                   memory as fast as it can on a stream of its own (CPU: between
                   two host buffers) for the whole run, 64 MiB a copy: the traffic's
@@ -679,7 +682,8 @@ SUFFIX_ENV = {"block": {"PMCK_GPU_WAIT": "block"}, "dh": {"PMCK_GPU_HASH": "devi
 
 
 def config_suffixes(cfg):
-    """NAME[:tN][:block][:dh][:sub8] -> (NAME, torch threads or None, environment)"""
+    """NAME[:tN][:block][:dh][:sub8][:rateN] -> (NAME, torch threads or None,
+    environment)"""
     cfg, *suffixes = cfg.split(":")
     tt, env = None, {}
     for x in suffixes:
@@ -687,9 +691,12 @@ def config_suffixes(cfg):
             env.update(SUFFIX_ENV[x])
         elif x[:1] == "t" and x[1:].isdigit() and int(x[1:]) > 0:
             tt = int(x[1:])
+        elif re.fullmatch(r"rate([1-9][0-9]{0,2}|1000)", x):
+            env["PMCK_GPU_RATE_GBPS"] = x[4:]
         else:
             raise SystemExit(f"bench_train: unknown suffix :{x} of configuration {cfg} "
-                             f"(:tN with N > 0, {', '.join(':' + k for k in SUFFIX_ENV)})")
+                             f"(:tN with N > 0, :rateN with N from 1 to 1000, "
+                             f"{', '.join(':' + k for k in SUFFIX_ENV)})")
     return cfg, tt, env
 
 
@@ -1006,6 +1013,10 @@ def main():
         if cfg + ":sub8" in R:
             ratio(f"train_tput_{cfg.replace(':', '_')}_sub8_vs_default_sub", cfg + ":sub8",
                   cfg, R)
+        for paced in R:
+            if paced.startswith(cfg + ":rate") and paced[len(cfg) + 5:].isdigit():
+                ratio(f"train_tput_{cfg.replace(':', '_')}_{paced[len(cfg) + 1:]}_vs_unpaced",
+                      paced, cfg, R)
         if cfg.endswith(":dh"):
             ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
                   R)

@@ -75,6 +75,8 @@ TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "pmglqsnap_every1": "train_tput_gradlog_queue_snapshot_every_step_vs_none",
                  "pmglqsnapk3_every1": "train_tput_gradlog_k3_queue_snapshot_every_step_vs_k1",
                  "pmglqsnap_every1:sub8": "train_tput_pmglqsnap_every1_sub8_vs_default_sub",
+                 "pmglqsnapk3_every1:rate25":
+                     "train_tput_pmglqsnapk3_every1_rate25_vs_unpaced",
                  "pmglqsnap_every1:dh": "train_tput_pmglqsnap_every1_device_hash_vs_none",
                  "pm_every1:block": "train_tput_pm_every1_block_vs_spin"}
 
@@ -112,15 +114,18 @@ def test_train_dry_run():
 
 
 def test_train_suffix_typo():
-    """bench_train.py refuses a configuration's unknown suffix before running any."""
-    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--device", "cpu",
-                        "--ranks", "0", "--steps", "2", "--warmup", "1", "--reps", "1",
-                        "--configs", "none,pm_every1:sub9"],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode == 0 or "unknown suffix :sub9 of configuration pm_every1" not in p.stderr:
-        return f"rc {p.returncode}: {p.stderr[-2000:]}"
-    if "rep 0" in p.stdout:
-        return f"a configuration ran before the typo was refused:\n{p.stdout}"
+    """bench_train.py refuses a configuration's unknown suffix before running any (a
+    pace out of range too)."""
+    for typo in ("sub9", "rate1001"):
+        p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--device",
+                            "cpu", "--ranks", "0", "--steps", "2", "--warmup", "1", "--reps",
+                            "1", "--configs", f"none,pm_every1:{typo}"],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode == 0 or \
+                f"unknown suffix :{typo} of configuration pm_every1" not in p.stderr:
+            return f":{typo}: rc {p.returncode}: {p.stderr[-2000:]}"
+        if "rep 0" in p.stdout:
+            return f":{typo}: a configuration ran before the typo was refused:\n{p.stdout}"
 
 
 if torch.cuda.is_available():
