@@ -75,8 +75,8 @@ TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "pmglqsnap_every1": "train_tput_gradlog_queue_snapshot_every_step_vs_none",
                  "pmglqsnapk3_every1": "train_tput_gradlog_k3_queue_snapshot_every_step_vs_k1",
                  "pmglqsnap_every1:sub8": "train_tput_pmglqsnap_every1_sub8_vs_default_sub",
-                 "pmglqsnapk3_every1:rate25":
-                     "train_tput_pmglqsnapk3_every1_rate25_vs_unpaced",
+                 "pmglqsnapk3_every1:rate35":
+                     "train_tput_pmglqsnapk3_every1_rate35_vs_unpaced",
                  "pmglqsnap_every1:dh": "train_tput_pmglqsnap_every1_device_hash_vs_none",
                  "pm_every1:block": "train_tput_pm_every1_block_vs_spin"}
 
