@@ -295,15 +295,13 @@ pmck__now_ns(void)
 }
 
 /*
- * pace.c: $PMCK_GPU_RATE_GBPS, the GPU writers' copies out of the device paced
- * for every pipeline of the process together.  pmck__pace_rate: *gbps from
- * the environment, 0 when unset (not paced); -EINVAL for anything but a whole
- * number from 1 to PMCK__PACE_MAX_GBPS.  pmck__pace: takes the next free
+ * pace.c: the GPU writers' copies out of the device paced to gbps GB/s
+ * ($PMCK_GPU_RATE_GBPS, 1 to PMCK__PACE_MAX_GBPS, parsed by the pipeline) for
+ * every pipeline of the process together.  pmck__pace takes the next free
  * interval of len / gbps on the process's one schedule, sleeps until it
  * begins, and returns when that is (CLOCK_MONOTONIC ns, as pmck__now_ns).
  */
-#define PMCK__PACE_MAX_GBPS 1000u
-int pmck__pace_rate(unsigned *gbps);
+#define PMCK__PACE_MAX_GBPS 1000ul
 uint64_t pmck__pace(unsigned gbps, uint64_t len);
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <time.h>
 
 #include "internal.h"
@@ -27,25 +26,6 @@
  * so a writer never blocks another to take its interval.
  */
 static _Atomic uint64_t next_free_ns;
-
-int
-pmck__pace_rate(unsigned *gbps)
-{
-	const char *e = getenv("PMCK_GPU_RATE_GBPS");
-	char *end;
-
-	*gbps = 0;
-	if (!e || !*e)
-		return 0;
-	errno = 0;
-	unsigned long v = strtoul(e, &end, 10);
-	if (errno || *end || *e == '-' || v < 1 || v > PMCK__PACE_MAX_GBPS)
-		return pma__err(-EINVAL, "PMCK_GPU_RATE_GBPS=%s: the GPU copies' pace is a whole "
-				"number of GB/s from 1 to %u (unset: as fast as they go)", e,
-				PMCK__PACE_MAX_GBPS);
-	*gbps = (unsigned)v;
-	return 0;
-}
 
 uint64_t
 pmck__pace(unsigned gbps, uint64_t len)

@@ -545,26 +545,44 @@ index_layers(struct pmck_pipeline *p)
 }
 
 /*
+ * A whole number from lo to hi in environment variable `name`: *v, or def
+ * when it is unset or empty; anything else is -EINVAL, the message naming
+ * the variable, its value and what it takes ("<what> is a whole number of
+ * <unit> from lo to hi<tail>").
+ */
+static int
+env_whole(const char *name, const char *what, const char *unit, unsigned long lo,
+		unsigned long hi, const char *tail, unsigned long def, unsigned long *v)
+{
+	const char *e = getenv(name);
+	char *end;
+
+	*v = def;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	unsigned long n = strtoul(e, &end, 10);
+	if (errno || *end || *e == '-' || n < lo || n > hi)
+		return pma__err(-EINVAL, "%s=%s: %s is a whole number of %s from %lu to %lu%s",
+				name, e, what, unit, lo, hi, tail);
+	*v = n;
+	return 0;
+}
+
+/*
  * The sub-copy size: PMCK_GPU_SUB_DMA for the DMA strategies, PMCK_GPU_SUB for
  * the others (gpu.h says why), or $PMCK_GPU_SUB_MIB whole MiB (1 to 8), for tuning.
  */
 static int
 gpu_sub_size(enum pmck_source source, size_t *sub)
 {
-	const char *e = getenv("PMCK_GPU_SUB_MIB");
-	char *end;
+	unsigned long mib;
+	int ret = env_whole("PMCK_GPU_SUB_MIB", "the GPU sub-copy size", "MiB", 1,
+			PIECE / PMCK_HASH_CHUNK, "", 0, &mib);
 
-	*sub = source == PMCK_SOURCE_GPU_DIRECT || source == PMCK_SOURCE_GPU_SNAPSHOT ?
-			PMCK_GPU_SUB_DMA : PMCK_GPU_SUB;
-	if (!e || !*e)
-		return 0;
-	errno = 0;
-	unsigned long mib = strtoul(e, &end, 10);
-	if (errno || *end || mib < 1 || mib > PIECE / PMCK_HASH_CHUNK)
-		return pma__err(-EINVAL, "PMCK_GPU_SUB_MIB=%s: the GPU sub-copy size is a whole "
-				"number of MiB from 1 to %zu", e, PIECE / PMCK_HASH_CHUNK);
-	*sub = mib * PMCK_HASH_CHUNK;
-	return 0;
+	*sub = mib ? mib * PMCK_HASH_CHUNK : source == PMCK_SOURCE_GPU_DIRECT ||
+			source == PMCK_SOURCE_GPU_SNAPSHOT ? PMCK_GPU_SUB_DMA : PMCK_GPU_SUB;
+	return ret;
 }
 
 /*
@@ -575,19 +593,27 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 static int
 test_commit_delay(unsigned *ms)
 {
-	const char *e = getenv("PMCK_TEST_COMMIT_DELAY_MS");
-	char *end;
+	unsigned long v;
+	int ret = env_whole("PMCK_TEST_COMMIT_DELAY_MS", "a test's delay before each commit",
+			"milliseconds", 0, 10000, "", 0, &v);
 
-	*ms = 0;
-	if (!e || !*e)
-		return 0;
-	errno = 0;
-	unsigned long v = strtoul(e, &end, 10);
-	if (errno || *end || v > 10000 || *e == '-')
-		return pma__err(-EINVAL, "PMCK_TEST_COMMIT_DELAY_MS=%s: a test's delay before "
-				"each commit is a whole number of milliseconds from 0 to 10000", e);
 	*ms = (unsigned)v;
-	return 0;
+	return ret;
+}
+
+/*
+ * $PMCK_GPU_RATE_GBPS (1 to PMCK__PACE_MAX_GBPS; unset: 0, not paced): the
+ * GPU writers' pieces paced for the whole process (pace.c).
+ */
+static int
+gpu_pace(unsigned *gbps)
+{
+	unsigned long v;
+	int ret = env_whole("PMCK_GPU_RATE_GBPS", "the GPU copies' pace", "GB/s", 1,
+			PMCK__PACE_MAX_GBPS, " (unset: as fast as they go)", 0, &v);
+
+	*gbps = (unsigned)v;
+	return ret;
 }
 
 /*
@@ -686,7 +712,7 @@ open_gpu(struct pmck_pipeline *p)
 	if (!ret)
 		ret = gpu_wait_flags(&flags);
 	if (!ret)
-		ret = pmck__pace_rate(&p->pace_gbps);
+		ret = gpu_pace(&p->pace_gbps);
 	if (ret)
 		return ret;
 	/* G snapshots whole tensors, a wait whole jobs: the most of either at once. */
