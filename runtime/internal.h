@@ -300,9 +300,11 @@ pmck__now_ns(void)
  * every pipeline of the process together.  pmck__pace takes the next free
  * interval of len / gbps on the process's one schedule, sleeps until it
  * begins, and returns when that is (CLOCK_MONOTONIC ns, as pmck__now_ns).
+ * pmck__pace_bytes: the bytes of every interval taken so far (for tests).
  */
 #define PMCK__PACE_MAX_GBPS 1000ul
 uint64_t pmck__pace(unsigned gbps, uint64_t len);
+uint64_t pmck__pace_bytes(void);
 
 /* parallel.c: fn over every piece (chunk-aligned, slot order) of every tensor, on
  * `threads` threads (0: usable_cpus() of common/cpus.h; at most PMCK_MAX_WORKERS).  First error wins. */

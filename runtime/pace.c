@@ -26,6 +26,14 @@
  * so a writer never blocks another to take its interval.
  */
 static _Atomic uint64_t next_free_ns;
+/* The bytes of every interval taken so far (tests: which copies were paced). */
+static _Atomic uint64_t taken_bytes;
+
+uint64_t
+pmck__pace_bytes(void)
+{
+	return atomic_load(&taken_bytes);
+}
 
 uint64_t
 pmck__pace(unsigned gbps, uint64_t len)
@@ -37,6 +45,7 @@ pmck__pace(unsigned gbps, uint64_t len)
 	do
 		begin = taken > now ? taken : now;
 	while (!atomic_compare_exchange_weak(&next_free_ns, &taken, begin + cost));
+	atomic_fetch_add(&taken_bytes, len);
 	if (begin > now) {
 		struct timespec at = {(time_t)(begin / 1000000000u), (long)(begin % 1000000000u)};
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)

@@ -371,10 +371,15 @@ writer(void *arg)
 
 		/*
 		 * $PMCK_GPU_RATE_GBPS: the piece first waits for its interval on the
-		 * process's schedule of copies out of the device (pace.c); not busy time.
+		 * process's schedule of copies out of the device (pace.c); not busy
+		 * time.  The checkpoint may have failed meanwhile: asked again after.
 		 */
-		if (p->pace_gbps && !bind_err && !skip)
+		if (p->pace_gbps && j.len && !bind_err && !skip) {
 			pmck__pace(p->pace_gbps, j.len);
+			pthread_mutex_lock(&p->lock);
+			skip = p->error != 0;
+			pthread_mutex_unlock(&p->lock);
+		}
 		struct writer_clock clk = {0};
 		uint64_t t0 = pmck__now_ns();
 		int ret = bind_err ? bind_err : skip ? 0 : run_job(p, &j, self, ws, &clk);

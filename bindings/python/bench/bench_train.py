@@ -396,13 +396,14 @@ class BgCopy:
                         dst.copy_(src, non_blocking=True)
                         if gap:  # paced on the GPU: no wake-up of this thread a copy
                             torch.cuda._sleep(gap)
-                        elif pace and not self.cuda:
-                            # the next copy begins a pace after this one did, or now
-                            # if this one took longer (no burst to catch up)
-                            due = max(due + pace, time.perf_counter())
-                            time.sleep(max(0.0, due - time.perf_counter()))
+                        elif not self.cuda:
+                            self.copied += self.PIECE  # (done: a host copy is synchronous)
+                            if pace:
+                                # the next copy begins a pace after this one did, or
+                                # now if this one took longer (no burst to catch up)
+                                due = max(due + pace, time.perf_counter())
+                                time.sleep(max(0.0, due - time.perf_counter()))
                     if not self.cuda:
-                        self.copied += n
                         continue
                     ev = torch.cuda.Event()
                     ev.record(self.stream)
