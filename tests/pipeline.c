@@ -477,7 +477,7 @@ test_scattered_layers(const char *path)
 	}
 	unsetenv("PMCK_GPU_SUB_MIB");
 
-	/* $PMCK_TEST_COMMIT_DELAY_MS: a bad value refused by name; 300 holds the commit back. */
+	/* $PMCK_TEST_COMMIT_DELAY_MS: a bad value refused by name; 600 holds the commit back. */
 	static const char *const bad_delay[] = {"10001", "-5", "1e3", "x"};
 	for (size_t k = 0; k < sizeof(bad_delay) / sizeof(bad_delay[0]); k++) {
 		setenv("PMCK_TEST_COMMIT_DELAY_MS", bad_delay[k], 1);
@@ -488,9 +488,9 @@ test_scattered_layers(const char *path)
 		ok(!p && strstr(pmck_errormsg(), "PMCK_TEST_COMMIT_DELAY_MS"),
 				"saying which setting: %s", pmck_errormsg());
 	}
-	setenv("PMCK_TEST_COMMIT_DELAY_MS", "300", 1);
+	setenv("PMCK_TEST_COMMIT_DELAY_MS", "600", 1);
 	o = (struct pmck_pipeline_opts){.threads = 2};
-	is_int(pmck_pipeline_new(s, &o, &p), 0, "a pipeline whose commits wait 300 ms");
+	is_int(pmck_pipeline_new(s, &o, &p), 0, "a pipeline whose commits wait 600 ms");
 	unsetenv("PMCK_TEST_COMMIT_DELAY_MS");
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -504,7 +504,7 @@ test_scattered_layers(const char *path)
 	is_int(pmck_pipeline_wait(p), 0, "step 3 commits");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-	ok(ms >= 300, "its commit came %.0f ms after the begin (at least 300)", ms);
+	ok(ms >= 600, "its commit came %.0f ms after the begin (at least 600)", ms);
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	for (size_t i = 0; i < NT; i++)

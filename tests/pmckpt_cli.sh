@@ -203,7 +203,7 @@ if command -v flock >/dev/null 2>&1; then
 	flock -o -x "$P" sh -c 'echo $$ > "$0"; exec sleep 30' "$T/flock-sleep.pid" \
 		</dev/null >/dev/null 2>&1 &
 	fl=$!
-	for i in 1 2 3 4 5 6 7 8 9 10; do grep -q "FLOCK.* $fl " /proc/locks && break; sleep 0.1; done
+	for i in $(seq 1 100); do grep -q "FLOCK.* $fl " /proc/locks && break; sleep 0.1; done
 	run "$PM" list --pool "$P"
 	check "a pool locked for writing by pid $fl: list exits 1 naming the pid" \
 		"failed_with \"held for writing by pid $fl\""

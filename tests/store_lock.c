@@ -244,7 +244,18 @@ test_fork(void)
 		execl("/bin/sleep", "sleep", "30", (char *)NULL);
 		_exit(127);
 	}
-	usleep(100000);
+	/*
+	 * Until the child has exec'd it shares the lock (fork): wait for the exec
+	 * (its /proc/PID/exe is sleep's), up to 10 s on a loaded machine.
+	 */
+	char exe_link[64], exe[256];
+	snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
+	for (int i = 0; i < 1000; i++) {
+		ssize_t n = readlink(exe_link, exe, sizeof(exe) - 1);
+		if (n > 0 && (exe[n] = 0, strstr(exe, "sleep")))
+			break;
+		usleep(10000);
+	}
 	pma_region_close(&r);
 	int rc = try_open(0);
 	is_int(rc, 0, "a program exec'd by the holder does not keep the lock (O_CLOEXEC)");

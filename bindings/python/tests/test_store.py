@@ -1883,7 +1883,7 @@ def test_poll():
             return "the store still holds the saved tensor after poll() ended it"
         t0 = time.monotonic()
         h.wait()
-        if time.monotonic() - t0 > 0.05:
+        if time.monotonic() - t0 > 0.5:  # (a loaded machine may pause it a while)
             return "wait() after poll() waited"
         s.load()
         if s.last_recovery["step"] != 1:
