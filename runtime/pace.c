@@ -12,7 +12,9 @@
  * one schedule: before a writer enqueues a piece of len bytes it takes the
  * next free interval of len / rate on it, and sleeps until that interval
  * begins.  An idle link is not made up for later: an interval never begins
- * before the moment it is taken, so bursts stay one piece long.
+ * before the moment it is taken.  The intervals never overlap; the copies
+ * may, where the GPU reaches the work a layer's copies wait for after several
+ * of its pieces were enqueued (they then start together).
  */
 #include <errno.h>
 #include <stdatomic.h>
