@@ -400,7 +400,7 @@ python-env:
 # of its own (stores in the user's default directory under names with their pid).  The
 # scripts first, the longest of them, so that the C tests fill the gaps; then the
 # emulated-NVDIMM VM alone (a software-emulated guest beside another test could run
-# out of its time budget and skip): 9.4 min against 14.8 one at a time on the 2-CPU
+# out of its time budget and skip): 10.2 min against 14.8 one at a time on the 2-CPU
 # development VM.
 CHECK_JOBS ?= 2
 VM_TEST := tests/vm_nvdimm.sh
