@@ -550,19 +550,19 @@ index_layers(struct pmck_pipeline *p)
 }
 
 /*
- * A whole number from lo to hi in environment variable `name`: *v, or def
- * when it is unset or empty; anything else is -EINVAL, the message naming
- * the variable, its value and what it takes ("<what> is a whole number of
- * <unit> from lo to hi<tail>").
+ * A whole number from lo to hi in environment variable `name`: *v, or 0 when
+ * it is unset or empty; anything else is -EINVAL, the message naming the
+ * variable, its value and what it takes ("<what> is a whole number of <unit>
+ * from lo to hi<tail>").
  */
 static int
 env_whole(const char *name, const char *what, const char *unit, unsigned long lo,
-		unsigned long hi, const char *tail, unsigned long def, unsigned long *v)
+		unsigned long hi, const char *tail, unsigned long *v)
 {
 	const char *e = getenv(name);
 	char *end;
 
-	*v = def;
+	*v = 0;
 	if (!e || !*e)
 		return 0;
 	errno = 0;
@@ -583,7 +583,7 @@ gpu_sub_size(enum pmck_source source, size_t *sub)
 {
 	unsigned long mib;
 	int ret = env_whole("PMCK_GPU_SUB_MIB", "the GPU sub-copy size", "MiB", 1,
-			PIECE / PMCK_HASH_CHUNK, "", 0, &mib);
+			PIECE / PMCK_HASH_CHUNK, "", &mib);
 
 	*sub = mib ? mib * PMCK_HASH_CHUNK : source == PMCK_SOURCE_GPU_DIRECT ||
 			source == PMCK_SOURCE_GPU_SNAPSHOT ? PMCK_GPU_SUB_DMA : PMCK_GPU_SUB;
@@ -600,7 +600,7 @@ test_commit_delay(unsigned *ms)
 {
 	unsigned long v;
 	int ret = env_whole("PMCK_TEST_COMMIT_DELAY_MS", "a test's delay before each commit",
-			"milliseconds", 0, 10000, "", 0, &v);
+			"milliseconds", 0, 10000, "", &v);
 
 	*ms = (unsigned)v;
 	return ret;
@@ -615,7 +615,7 @@ gpu_pace(unsigned *gbps)
 {
 	unsigned long v;
 	int ret = env_whole("PMCK_GPU_RATE_GBPS", "the GPU copies' pace", "GB/s", 1,
-			PMCK__PACE_MAX_GBPS, " (unset: as fast as they go)", 0, &v);
+			PMCK__PACE_MAX_GBPS, " (unset: as fast as they go)", &v);
 
 	*gbps = (unsigned)v;
 	return ret;

@@ -252,7 +252,8 @@ test_fork(void)
 	snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
 	for (int i = 0; i < 1000; i++) {
 		ssize_t n = readlink(exe_link, exe, sizeof(exe) - 1);
-		if (n > 0 && (exe[n] = 0, strstr(exe, "sleep")))
+		exe[n > 0 ? n : 0] = 0;
+		if (strstr(exe, "sleep"))
 			break;
 		usleep(10000);
 	}

@@ -1014,10 +1014,10 @@ def main():
         if cfg + ":sub8" in R:
             ratio(f"train_tput_{cfg.replace(':', '_')}_sub8_vs_default_sub", cfg + ":sub8",
                   cfg, R)
-        for paced in R:
-            if paced.startswith(cfg + ":rate") and paced[len(cfg) + 5:].isdigit():
-                ratio(f"train_tput_{cfg.replace(':', '_')}_{paced[len(cfg) + 1:]}_vs_unpaced",
-                      paced, cfg, R)
+        unpaced, _, rate = cfg.rpartition(":rate")
+        if unpaced in R and rate.isdigit():
+            ratio(f"train_tput_{unpaced.replace(':', '_')}_rate{rate}_vs_unpaced", cfg,
+                  unpaced, R)
         if cfg.endswith(":dh"):
             ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
                   R)
