@@ -18,6 +18,7 @@ import base64
 import collections
 import hashlib
 import json
+import marshal
 import math
 import operator
 import struct
@@ -64,6 +65,27 @@ _TOP = ("top",)
 
 
 _first = operator.itemgetter(0)
+
+
+def _blob(v):
+    """marshal's bytes of container v (its items' if an OrderedDict), or None if
+    marshal refuses them.  Version 0: no references and no interning flag, so
+    equal values give equal bytes (floats written with 17 digits).  marshal
+    writes only values of its types exactly (a bool is not an int, a list not a
+    tuple, an OrderedDict or any other subclass is refused) but bytes-like
+    objects as bytes: a blob is made (_remember) only for containers holding
+    strings, ints, floats, bools, None and such containers alone, so bytes equal
+    to one are the same values of the same types."""
+    try:
+        return marshal.dumps(list(v.items()) if type(v) is collections.OrderedDict else v, 0)
+    except ValueError:
+        return None
+
+
+def _checked_later(slot):
+    """Sort key of a _Memo's slots: those of containers with a blob first."""
+    cm = slot[3]
+    return cm is None or cm.blob is None
 
 
 def _json(v):
@@ -161,10 +183,11 @@ class _Memo:
     Flattener._replay).  It holds keys, values that are ints, strings, bools
     or None, the tensors' declarations and the text: no reference to the
     state's tensors or containers."""
-    __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "leaf", "text",
+    __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "blob", "text",
                  "entries", "containers", "tensor_memos", "where", "_names", "_qnames", "_cuda")
 
-    def __init__(self, v, atoms, slots, md, text, entries, containers, tensor_memos, where):
+    def __init__(self, v, atoms, slots, md, blob, text, entries, containers, tensor_memos,
+                 where):
         self.type = type(v)
         if isinstance(v, dict):
             self.keys = tuple(v)
@@ -174,16 +197,15 @@ class _Memo:
         self.size = len(v)
         # the values that are neither tensors nor containers: ((position, type, value), ...)
         self.atoms = tuple(atoms)
-        # the tensors and containers in order: ((position, (shape, strides, dtype,
-        # device), Entry, None) or (position, None, None, the container's _Memo), ...)
-        self.slots = tuple(slots)
+        # the tensors and containers: ((position, (shape, strides, dtype, device), Entry,
+        # None) or (position, None, None, the container's _Memo), ...), in order, but
+        # those with a blob first: one marshal each, they fail first when something
+        # changed (a learning rate) before the others' tensors are checked
+        self.slots = tuple(sorted(slots, key=_checked_later))
         self.md = md  # the _Memo of an OrderedDict's _metadata dict, or None
-        # (values, their types) of a dict, list or tuple of atoms alone, checked as
-        # one tuple (no OrderedDict: it has a _metadata to check)
-        self.leaf = None
-        if not slots and md is None and type(v) is not collections.OrderedDict:
-            values = tuple(v.values() if isinstance(v, dict) else v)
-            self.leaf = (values, tuple(map(type, values)))
+        # _blob(v) of a container without tensors, or None: what it holds is then
+        # checked in one comparison (and it may hold floats, which atoms may not)
+        self.blob = blob
         self.text = text
         self.entries = entries  # every entry under v, in order (a tuple)
         self.containers = tuple(containers)  # (key path, _Memo) of the containers under v
@@ -502,10 +524,14 @@ class Flattener:
         requiring grad), or containers remembered in this encode at their own
         key paths (an optimizer's state: one dict per parameter; a module's
         _metadata; a parameter group's list of parameter indices), and so must
-        md be if it is a dict."""
+        md be if it is a dict.  Floats too where v holds no tensors, nor
+        containers that do, and no md: such a container is checked by its blob
+        (its marshal bytes) alone (a parameter group: its learning rate)."""
         entries, tensors, written, memo = self.entries, self.tensors, self._written, self.memo
         atoms, slots, j = [], [], first
         containers, tensor_memos = [], []
+        floats = False
+        tree = md is None  # no tensors under v: it can have a blob
         for pos, (k, x) in enumerate(items):
             tk, tx = type(k), type(x)
             if tk is not str and tk is not int:
@@ -519,8 +545,11 @@ class Flattener:
                 slots.append((pos, tm[0][1:], tm[1], None))
                 tensor_memos.append((tpath, tm))
                 j += 1
+                tree = False
             elif tx is int or tx is str or tx is bool or x is None:
                 atoms.append((pos, tx, x))
+            elif tx is float:
+                floats = True  # -0.0 == 0.0, nan != nan: compared in the blob alone
             elif tx in _CONTAINERS:
                 cm = written.get(id(x))
                 if cm is None or cm.where != prefix + str(k):
@@ -530,8 +559,9 @@ class Flattener:
                 containers += cm.containers
                 containers.append((cm.where, cm))
                 tensor_memos += cm.tensor_memos
+                tree = tree and cm.blob is not None
             else:
-                return None  # floats (-0.0 == 0.0), everything else: walked each time
+                return None  # everything else: walked each time
         mm = None
         if isinstance(md, dict):
             mm = written.get(id(md))
@@ -544,8 +574,11 @@ class Flattener:
             tensor_memos += mm.tensor_memos
         if j != len(entries):
             return None
-        m = _Memo(v, atoms, slots, mm, "".join(self._out[start:]), tuple(entries[first:j]),
-                  containers, tensor_memos, where)
+        blob = _blob(v) if tree else None
+        if floats and blob is None:
+            return None
+        m = _Memo(v, atoms, slots, mm, blob, "".join(self._out[start:]),
+                  tuple(entries[first:j]), containers, tensor_memos, where)
         self._containers[where] = m
         return m
 
@@ -559,11 +592,13 @@ class Flattener:
         then, and so has its _metadata; returns whether it did (else nothing
         was written)."""
         by_name, alias = self.by_name, self._alias
-        if m.entries and not by_name.keys().isdisjoint(m.names):
-            return False  # a name taken by an earlier tensor: written afresh ('#1')
         found, keys = [], []
         if not self._check(v, m, found, keys):
             return False
+        # (after the check: a memo made anew at each encode, of a container that
+        # changes at each, has its names made only when it is written again)
+        if m.entries and not by_name.keys().isdisjoint(m.names):
+            return False  # a name taken by an earlier tensor: written afresh ('#1')
         # No tensor here is one declared before it (a tie, which a fresh encode writes as
         # that one's alias): checked for all at once, in C, each key hashed twice (a dict
         # keeps the hashes it merges)
@@ -596,6 +631,10 @@ class Flattener:
         caller checks that none is a tie."""
         if type(v) is not m.type:
             return False
+        blob = m.blob
+        if blob is not None:  # no tensors under it, no _metadata then
+            return _blob(v) == blob and (m.type is not collections.OrderedDict or
+                                         not isinstance(getattr(v, "_metadata", None), dict))
         if m.keys is None:  # a list or a tuple
             values = v
             if len(v) != m.size:
@@ -607,11 +646,6 @@ class Flattener:
             if tuple(map(type, now)) != m.key_types or now != m.keys:
                 return False
             values = tuple(v.values())
-        leaf = m.leaf
-        if leaf is not None:  # atoms alone (a module's _metadata entry, a list of indices)
-            values = tuple(values)
-            # the types first: a tensor now among them is not compared (== is elementwise)
-            return tuple(map(type, values)) == leaf[1] and values == leaf[0]
         for pos, tx, x in m.atoms:
             y = values[pos]
             if type(y) is not tx or y != x:

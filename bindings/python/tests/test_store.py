@@ -8,6 +8,7 @@ import ctypes
 import enum
 import gc
 import json
+import math
 import os
 import random
 import shutil
@@ -153,13 +154,14 @@ def test_memo():
     if fresh[0] > 8:
         return f"{fresh[0]} of {len(rows)} tensors declared afresh with the memo"
     # Written again as they were, each as one: the model's state_dict (an OrderedDict of
-    # tensors, its _metadata an OrderedDict of the modules' dicts), the optimizer's state
-    # (its per-parameter dicts of tensors), a parameter group's list of parameter indices,
-    # the plain dict without a float and a tuple key; not the dict with a float (-0.0 ==
-    # 0.0), nor containers holding floats (a parameter group, the scheduler's dict) or
-    # those (the top).
-    if sorted(replayed) != ["model", "optim/param_groups/0/params", "optim/state",
-                            "plain_nofloat", "sched/<key>"]:
+    # tensors, its _metadata an OrderedDict of the modules' dicts), the optimizer's
+    # state_dict (its per-parameter dicts of tensors, its parameter groups with their
+    # floats, compared as one blob), the plain dict without a float, the scheduler's
+    # lists of floats and a tuple key; not the dict with a float beside a tensor (-0.0 ==
+    # 0.0: floats only in a blob, and a container holding tensors has none), nor those
+    # holding it (the top) or a tuple key (the scheduler's dict).
+    if sorted(replayed) != ["model", "optim", "plain_nofloat", "sched/<key>", "sched/betas",
+                            "sched/lrs"]:
         return f"containers written again: {sorted(replayed)}"
     # A dict written again as one hands on the memos of what it holds: when one of the
     # optimizer's per-parameter dicts changes, the others are written again each, and
@@ -337,6 +339,45 @@ def test_memo():
                                    "i": [3, 4]}),
               ("floats", {"i": [3, 4.0], "j": (0.0, 1)}),
               ("a float's sign", {"i": [3, 4.0], "j": (-0.0, 1)}),
+              ("floats in dicts beside tensors", {"g": [{"lr": 0.5, "p": [0, 1]}], "t": t1,
+                                                  "s": {"x": 1.5, "y": [2.5, None]}}),
+              ("the same", {"g": [{"lr": 0.5, "p": [0, 1]}], "t": t1,
+                            "s": {"x": 1.5, "y": [2.5, None]}}),
+              ("a float now an int (1.0 == 1)", {"g": [{"lr": 1, "p": [0, 1]}], "t": t1,
+                                                 "s": {"x": 1.5, "y": [2.5, None]}}),
+              ("a float again", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                                 "s": {"x": 1.5, "y": [2.5, None]}}),
+              ("now a bool (1.0 == True)", {"g": [{"lr": True, "p": [0, 1]}], "t": t1,
+                                            "s": {"x": 1.5, "y": [2.5, None]}}),
+              ("nan", {"g": [{"lr": math.nan, "p": [0, 1]}], "t": t1,
+                       "s": {"x": 1.5, "y": [math.inf, None]}}),
+              ("nan again", {"g": [{"lr": math.nan, "p": [0, 1]}], "t": t1,
+                             "s": {"x": 1.5, "y": [math.inf, None]}}),
+              ("the next float", {"g": [{"lr": math.nan, "p": [0, 1]}], "t": t1,
+                                  "s": {"x": math.nextafter(1.5, 2), "y": [math.inf, None]}}),
+              ("bytes where a str was", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                                         "s": {"x": b"1.5", "y": [2.5, None]}}),
+              ("the str", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                           "s": {"x": "1.5", "y": [2.5, None]}}),
+              ("a bytearray", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                               "s": {"x": bytearray(b"1.5"), "y": [2.5, None]}}),
+              ("a numpy scalar where an int was", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                                                   "s": {"x": "1.5", "y": [2, None]}}),
+              ("that scalar", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                               "s": {"x": "1.5", "y": [_np_int(2), None]}}),
+              ("a numpy array where a float was", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                                                   "s": {"x": "1.5", "y": [2.0, None]}}),
+              ("that array", {"g": [{"lr": 1.0, "p": [0, 1]}], "t": t1,
+                              "s": {"x": "1.5", "y": [_np_array(2.0), None]}}),
+              ("an OrderedDict of dicts", {"m": collections.OrderedDict(
+                  [("a", {"v": 1.5}), ("b", {"v": 2})]), "t": t1}),
+              ("the same", {"m": collections.OrderedDict([("a", {"v": 1.5}), ("b", {"v": 2})]),
+                            "t": t1}),
+              ("an OrderedDict with a _metadata", {"m": _with_metadata(collections.OrderedDict(
+                  [("a", {"v": 1.5}), ("b", {"v": 2})]), {"": {"version": 1}}), "t": t1}),
+              ("in an OrderedDict", {"m": collections.OrderedDict(
+                  [("a", collections.OrderedDict(v=1.5)), ("b", {"v": 2})]), "t": t1}),
+              ("now a dict", {"m": {"a": {"v": 1.5}, "b": {"v": 2}}, "t": t1}),
               ("a dict in a list", {"q": [{"a": [1, t1]}, 3]}),
               ("its tensor new", {"q": [{"a": [1, torch.ones(3)]}, 3]}),
               ("its tensor now in the dict", {"q": [{"a": [1], "b": t1}, 3]}),
@@ -377,6 +418,29 @@ def test_memo():
             return f"a tensor key: {why}"
 
 
+def _np_int(v):
+    """A numpy int64 scalar of v (an int if numpy is missing)."""
+    try:
+        import numpy
+    except ImportError:
+        return v
+    return numpy.int64(v)
+
+
+def _np_array(v):
+    """A numpy array of v (v itself if numpy is missing)."""
+    try:
+        import numpy
+    except ImportError:
+        return v
+    return numpy.array(v)
+
+
+def _with_metadata(d, md):
+    d._metadata = md
+    return d
+
+
 def test_memo_fuzz():
     """Random small states whose key paths collide ("a/b" and "a" -> "b", 0 and "0"),
     of dicts, OrderedDicts with _metadata, lists and tuples, with tensors kept, copied or
@@ -396,7 +460,7 @@ def test_memo_fuzz():
             items = [leaf(depth + 1) if rng.random() < 0.8 else tree(depth + 1)
                      for _ in range(rng.randint(0, 3))]
             return items if rng.random() < 0.7 else tuple(items)
-        return rng.choice([1, True, "x", None, 2, 1.0])
+        return rng.choice([1, True, "x", None, 2, 1.0, 0.0, -0.0, 1.5, math.nan, b"x"])
 
     def kind(items, depth):
         """A dict, or an OrderedDict with (or without) a _metadata of dicts, as
