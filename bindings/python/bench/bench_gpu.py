@@ -64,6 +64,8 @@ skips where there is no GPU):
          cost to training, its GPU forward+backward in the cost line),
          gpu_train_background_copies_Ngbps_vs_{none,full}_b8 where --b8 names
          bgcopyN (the same copies paced to about N GB/s),
+         gpu_train_background_wait_kernel_vs_none_b8 where --b8 names bgwait
+         (bgcopyN's wait kernels alone, without copies),
          gpu_train_gradlog_kN_..._every_step_vs_{none,k1}_b8 where --b8 names
          pmglqsnapkN_every1 and the like (chains of N records after each whole
          state)
@@ -582,10 +584,11 @@ def main():
             if line.startswith("ratio: "):
                 # a name bench_gpu does not map is passed through with the batch (a
                 # GradientLog chain's, train_tput_gradlog_kN_..., as gpu_train_gradlog_kN_...,
-                # paced copies' train_tput_background_copies_Ngbps_...)
+                # paced copies' train_tput_background_copies_Ngbps_..., the wait
+                # kernels' train_tput_background_wait_kernel_vs_none)
                 name = names.get((batch, w[1]), "gpu_" + (
                     w[1].replace("_tput", "", 1) if w[1].startswith(
-                        ("train_tput_gradlog_k", "train_tput_background_copies_"))
+                        ("train_tput_gradlog_k", "train_tput_background_"))
                     else w[1]) + f"_b{batch}")
                 print(f"ratio: {name} {' '.join(w[2:])}")
             elif line.startswith("bench: config "):

@@ -66,6 +66,12 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   long as the pace leaves, so the host issues a round at a time as
                   bgcopy does (CPU: the thread sleeps); whether the same bytes
                   spread over the step cost training less than at full speed
+  bgwait          no checkpoints: bgcopyN's wait kernels alone, a thread keeping
+                  one queued (torch.cuda._sleep: one thread of one block, ~1 ms
+                  each) on a stream of its own for the whole run, without copies:
+                  what holding one block on one SM costs training, the part of
+                  bgcopyN's cost that is not its copies' (CPU: nothing to hold, the
+                  thread sleeps)
   dcp_every{1,10} dcp.async_save(FileSystemWriter(--shm/...)), the previous
                   future waited for before the next (as DCP's documentation
                   advises), two directories used in turn
@@ -624,6 +630,70 @@ class TorchSave:
             pass
 
 
+class BgWait:
+    """Not a checkpoint: bgcopyN's wait kernels alone, for the whole run (bgwait).  A
+    thread keeps a wait kernel of about 1 ms (torch.cuda._sleep, one thread of one
+    block) queued on a non-blocking stream of its own, the next one issued before the
+    one before it is waited for, as bgcopy's rounds are: one block held on one SM all
+    the time, an upper bound of what bgcopyN's waits between its copies cost
+    training.  On the CPU there is nothing to hold: the thread waits for the end."""
+    every = 0  # it never saves
+
+    def __init__(self, job):
+        self.cuda = job.device.type == "cuda"
+        self.stream = torch.cuda.Stream(job.device) if self.cuda else None
+        self.kernels = 0
+        self.cycles = 0  # CUDA: a kernel's length in GPU clock cycles (about 1 ms)
+        self.error = None
+        self.stop = threading.Event()
+        if self.cuda:
+            torch.cuda.synchronize(job.device)
+            with torch.cuda.stream(self.stream):
+                t = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+                t[0].record()
+                torch.cuda._sleep(10_000_000)
+                t[1].record()
+                t[1].synchronize()
+                self.cycles = int(10_000_000 / t[0].elapsed_time(t[1]))  # a millisecond's
+        self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgwait")
+        self.thread.start()
+
+    def run(self):
+        try:
+            if not self.cuda:
+                self.stop.wait()
+                return
+            prev = None
+            with torch.cuda.stream(self.stream):
+                while not self.stop.is_set():
+                    torch.cuda._sleep(self.cycles)
+                    ev = torch.cuda.Event()
+                    ev.record(self.stream)
+                    if prev is not None:
+                        prev.synchronize()
+                        self.kernels += 1
+                    prev = ev
+                if prev is not None:
+                    prev.synchronize()
+        except BaseException as e:  # noqa: BLE001 -- reported by close()
+            self.error = e
+
+    def save(self, job):
+        pass
+
+    def drain(self):
+        pass
+
+    def stats(self):
+        return {"bg_wait_kernels": self.kernels}
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def make_ckpt(cfg, a, job, name, group=None):
     if cfg.endswith("none"):
         return NoCkpt()
@@ -631,6 +701,8 @@ def make_ckpt(cfg, a, job, name, group=None):
     if bg:  # the copies' traffic alone, 1 GiB a round on a GPU; bgcopyN: paced, N GB/s
         return BgCopy(job, 1024 if job.device.type == "cuda" else 256,
                       gbps=int(bg.group(1)) if bg.group(1) else None)
+    if cfg == "bgwait":  # the wait kernels of bgcopyN alone
+        return BgWait(job)
     kind, _, every = cfg.rpartition("_every")
     kind, every = kind.removeprefix("mr_"), int(every)
     kw = dict(threads=a.threads) if a.threads else {}
@@ -960,6 +1032,8 @@ def main():
         if "bg_bytes" in rs[0]:
             extra += (f"; background copies {med(rs, 'bg_bytes') / med(rs, 'wall') / 1e9:.1f}"
                       " GB/s")
+        if "bg_wait_kernels" in rs[0]:
+            extra += f"; wait kernels {med(rs, 'bg_wait_kernels') / steps:.1f} a step (~1 ms each)"
         if rs[0].get("snapshot_on_wait_b"):
             extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")
@@ -973,6 +1047,7 @@ def main():
 
     ratio("train_tput_ckpt_every_step_vs_none", "pm_every1", "none", R)
     ratio("train_tput_background_copies_vs_none", "bgcopy", "none", R)
+    ratio("train_tput_background_wait_kernel_vs_none", "bgwait", "none", R)
     for cfg in R:  # paced: against none, and against the same copies at full speed
         if re.fullmatch(r"bgcopy[1-9][0-9]*", cfg):
             ratio(f"train_tput_background_copies_{cfg[6:]}gbps_vs_none", cfg, "none", R)

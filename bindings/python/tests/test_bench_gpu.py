@@ -68,6 +68,7 @@ def test_dry_run():
 TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "bgcopy": "train_tput_background_copies_vs_none",
                  "bgcopy2": "train_tput_background_copies_2gbps_vs_full",
+                 "bgwait": "train_tput_background_wait_kernel_vs_none",
                  "pmsow_every1": "train_tput_snapshot_on_wait_every_step_vs_none",
                  "pmqsow_every1": "train_tput_queue_snapshot_on_wait_every_step_vs_none",
                  "pmdh_every1": "train_tput_device_hash_every_step_vs_none",
