@@ -69,15 +69,17 @@ _first = operator.itemgetter(0)
 
 def _blob(v):
     """marshal's bytes of container v (its items' if an OrderedDict), or None if
-    marshal refuses them.  Version 0: no references and no interning flag, so
-    equal values give equal bytes (floats written with 17 digits).  marshal
-    writes only values of its types exactly (a bool is not an int, a list not a
-    tuple, an OrderedDict or any other subclass is refused) but bytes-like
-    objects as bytes: a blob is made (_remember) only for containers holding
+    marshal refuses them.  Version 2: no references and no interning flags
+    (both from version 3), so equal values give equal bytes, and floats as
+    their 8 bytes (-0.0 is not 0.0; NaNs of other payloads differ, which only
+    makes a memo miss).  CPython's marshal writes only values of its types,
+    exactly (a bool is not an int, a list not a tuple; an OrderedDict or any
+    other subclass is refused), but any bytes-like object (a numpy array, a
+    bytearray) as bytes: a blob is made (_remember) only for containers holding
     strings, ints, floats, bools, None and such containers alone, so bytes equal
     to one are the same values of the same types."""
     try:
-        return marshal.dumps(list(v.items()) if type(v) is collections.OrderedDict else v, 0)
+        return marshal.dumps(list(v.items()) if type(v) is collections.OrderedDict else v, 2)
     except ValueError:
         return None
 
@@ -181,8 +183,9 @@ class _Memo:
     OrderedDict, a list or a tuple), for the next encode to write an
     unchanged one again without walking it (Flattener._remember,
     Flattener._replay).  It holds keys, values that are ints, strings, bools
-    or None, the tensors' declarations and the text: no reference to the
-    state's tensors or containers."""
+    or None, the tensors' declarations, the text and, for a container without
+    tensors, its marshal bytes: no reference to the state's tensors or
+    containers."""
     __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "blob", "text",
                  "entries", "containers", "tensor_memos", "where", "_names", "_qnames", "_cuda")
 
@@ -262,7 +265,9 @@ class Flattener:
     and a _metadata of the modules' dicts), an optimizer's state (AdamW: a
     dict per parameter of step, exp_avg and exp_avg_sq), a parameter group's
     list of parameter indices, a list of a step's gradients (new tensors of
-    the same shapes) each as one.  A memo holds no reference to the state's
+    the same shapes) each as one.  A container with no tensor under it is
+    checked by comparing its marshal bytes with then's (_blob), and may hold
+    floats too (a parameter group, a scheduler's lists).  A memo holds no reference to the state's
     tensors or containers: only their keys (the addresses, shapes, ...) and
     text (_Memo).  A memo is only read; each encode makes a new self.memo."""
 
