@@ -1039,8 +1039,8 @@ def main():
             extra += (f"; background copies {med(rs, 'bg_bytes') / med(rs, 'wall') / 1e9:.1f}"
                       " GB/s")
         if "bg_wait_ms" in rs[0]:
-            extra += (f"; wait kernels held an SM {med(rs, 'bg_wait_ms') / 1e3 / med(rs, 'wall'):.2f}"
-                      " of the time")
+            extra += (f"; a wait kernel ran {med(rs, 'bg_wait_ms') / 1e3 / med(rs, 'wall'):.2f}"
+                      " of the time (one block on one SM)")
         if rs[0].get("snapshot_on_wait_b"):
             extra += f"; snapshotted on wait {med(rs, 'snapshot_on_wait_b') / 1e6:.0f} MB"
         print(f"bench: cost {cfg}: ms per step: {', '.join(parts)}{extra}")
