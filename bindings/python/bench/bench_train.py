@@ -329,7 +329,38 @@ class NoCkpt:
         return {}
 
 
-class BgCopy:
+class Background:
+    """Not a checkpoint: a thread running run() for the whole run, until close() (the
+    traffic or the kernels of bgcopy, bgcopyN and bgwait without pmckpt); run()'s
+    failure is raised by close()."""
+    every = 0  # it never saves
+
+    def start(self, name):
+        self.error = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.run()
+        except BaseException as e:  # noqa: BLE001 -- reported by close()
+            self.error = e
+
+    def save(self, job):
+        pass
+
+    def drain(self):
+        pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+class BgCopy(Background):
     """Not a checkpoint: a thread that copies, for the whole run, as fast as it can, from
     a device buffer to pinned host memory on a non-blocking stream of its own (CUDA), or
     between two host buffers (CPU), in 64 MiB pieces: what the traffic of a checkpoint
@@ -349,8 +380,6 @@ class BgCopy:
         self.dst = torch.empty(n, dtype=torch.uint8, pin_memory=self.cuda)
         self.stream = torch.cuda.Stream(job.device) if self.cuda else None
         self.copied = 0
-        self.error = None
-        self.stop = threading.Event()
         self.gap = 0  # CUDA, paced: the wait kernel's cycles after each copy
         if gbps and self.cuda:
             # measured alone, before the run's warm-up (beside training it would read
@@ -358,8 +387,7 @@ class BgCopy:
             torch.cuda.synchronize(job.device)
             with torch.cuda.stream(self.stream):
                 self.gap = self._gap_cycles(self._pieces())
-        self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgcopy")
-        self.thread.start()
+        self.start("bench-bgcopy")
 
     def _pieces(self):
         piece = self.PIECE
@@ -386,63 +414,53 @@ class BgCopy:
         return int(gap * per_s)
 
     def run(self):
-        try:
-            n = self.src.numel()
-            pieces = self._pieces()
-            prev = None  # the event after the round before (CUDA)
-            pace = self.gbps and self.PIECE / (self.gbps * 1e9)  # seconds a piece, paced
-            gap = self.gap
-            with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
-                due = time.perf_counter()
-                while not self.stop.is_set():
-                    # Each copy_ takes the GIL again after it is queued, which the
-                    # training thread may hold for up to 5 ms: two rounds stay queued
-                    # (the next is issued before the one before it is waited for), so
-                    # the copies keep crossing meanwhile.
-                    for dst, src in pieces:
-                        dst.copy_(src, non_blocking=True)
-                        if gap:  # paced on the GPU: no wake-up of this thread a copy
-                            torch.cuda._sleep(gap)
-                        elif not self.cuda:
-                            self.copied += self.PIECE  # (done: a host copy is synchronous)
-                            if pace:
-                                # the next copy begins a pace after this one did, or
-                                # now if this one took longer (no burst to catch up)
-                                due = max(due + pace, time.perf_counter())
-                                time.sleep(max(0.0, due - time.perf_counter()))
-                    if not self.cuda:
-                        continue
-                    ev = torch.cuda.Event()
-                    ev.record(self.stream)
-                    if prev is not None:
-                        prev.synchronize()
-                        self.copied += n
-                    prev = ev
+        n = self.src.numel()
+        pieces = self._pieces()
+        prev = None  # the event after the round before (CUDA)
+        pace = self.gbps and self.PIECE / (self.gbps * 1e9)  # seconds a piece, paced
+        gap = self.gap
+        with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+            due = time.perf_counter()
+            while not self.stop.is_set():
+                # Each copy_ takes the GIL again after it is queued, which the
+                # training thread may hold for up to 5 ms: two rounds stay queued
+                # (the next is issued before the one before it is waited for), so
+                # the copies keep crossing meanwhile.
+                for dst, src in pieces:
+                    dst.copy_(src, non_blocking=True)
+                    if gap:  # paced on the GPU: no wake-up of this thread a copy
+                        torch.cuda._sleep(gap)
+                    elif not self.cuda:
+                        self.copied += self.PIECE  # (done: a host copy is synchronous)
+                        if pace:
+                            # the next copy begins a pace after this one did, or
+                            # now if this one took longer (no burst to catch up)
+                            due = max(due + pace, time.perf_counter())
+                            time.sleep(max(0.0, due - time.perf_counter()))
+                if not self.cuda:
+                    continue
+                ev = torch.cuda.Event()
+                ev.record(self.stream)
                 if prev is not None:
                     prev.synchronize()
-        except BaseException as e:  # noqa: BLE001 -- reported by close()
-            self.error = e
-
-    def save(self, job):
-        pass
-
-    def drain(self):
-        pass
+                    self.copied += n
+                prev = ev
+            if prev is not None:
+                prev.synchronize()
 
     def stats(self):
         return {"bg_bytes": self.copied}
 
     def close(self):
-        self.stop.set()
-        self.thread.join()
-        if self.full_gbps is not None:
-            print(f"# bgcopy{self.gbps:g}: unpaced {self.full_gbps:.1f} GB/s in a round "
-                  f"alone, then a wait of {self.gap_us:.0f} us after each 64 MiB copy")
-        self.src = self.dst = None
-        if self.cuda:
-            torch.cuda.empty_cache()  # its device buffer, not the next configuration's
-        if self.error is not None:
-            raise self.error
+        try:
+            Background.close(self)
+        finally:
+            if self.full_gbps is not None:
+                print(f"# bgcopy{self.gbps:g}: unpaced {self.full_gbps:.1f} GB/s in a round "
+                      f"alone, then a wait of {self.gap_us:.0f} us after each 64 MiB copy")
+            self.src = self.dst = None
+            if self.cuda:
+                torch.cuda.empty_cache()  # its device buffer, not the next configuration's
 
 
 def set_env(values):
@@ -631,16 +649,15 @@ class TorchSave:
             pass
 
 
-class BgWait:
+class BgWait(Background):
     """Not a checkpoint: bgcopyN's wait kernels alone, for the whole run (bgwait).  A
     thread keeps wait kernels of about 5 ms each (torch.cuda._sleep, one thread of one
     block) queued on a non-blocking stream of its own, four in flight, so that the
     queue outlasts the thread's waits for the GIL (up to 5 ms a handoff while the
     training thread runs Python), as bgcopy's whole rounds do: one block held on one
     SM, the part of bgcopyN's cost that is not its copies'.  stats() counts the
-    kernels, and the cost line says what share of the run they held the SM.  On the
-    CPU there is nothing to hold: the thread waits for the end."""
-    every = 0  # it never saves
+    kernels' time, and the cost line says what share of the run a wait kernel ran.
+    On the CPU there is nothing to hold: the thread waits for the end."""
     KERNEL_MS = 5.0
     IN_FLIGHT = 4
 
@@ -649,8 +666,6 @@ class BgWait:
         self.stream = torch.cuda.Stream(job.device) if self.cuda else None
         self.kernels = 0
         self.cycles = 0  # CUDA: a kernel's length in GPU clock cycles (about KERNEL_MS)
-        self.error = None
-        self.stop = threading.Event()
         if self.cuda:
             torch.cuda.synchronize(job.device)
             with torch.cuda.stream(self.stream):
@@ -661,43 +676,27 @@ class BgWait:
                 t[1].record()
                 t[1].synchronize()
                 self.cycles = int(50_000_000 * self.KERNEL_MS / t[0].elapsed_time(t[1]))
-        self.thread = threading.Thread(target=self.run, daemon=True, name="bench-bgwait")
-        self.thread.start()
+        self.start("bench-bgwait")
 
     def run(self):
-        try:
-            if not self.cuda:
-                self.stop.wait()
-                return
-            queued = collections.deque()  # the events after the kernels in flight
-            with torch.cuda.stream(self.stream):
-                while not self.stop.is_set():
-                    torch.cuda._sleep(self.cycles)
-                    ev = torch.cuda.Event()
-                    ev.record(self.stream)
-                    queued.append(ev)
-                    if len(queued) >= self.IN_FLIGHT:
-                        queued.popleft().synchronize()
-                        self.kernels += 1
-                for ev in queued:
-                    ev.synchronize()
-        except BaseException as e:  # noqa: BLE001 -- reported by close()
-            self.error = e
-
-    def save(self, job):
-        pass
-
-    def drain(self):
-        pass
+        if not self.cuda:
+            self.stop.wait()
+            return
+        queued = collections.deque()  # the events after the kernels in flight
+        with torch.cuda.stream(self.stream):
+            while not self.stop.is_set():
+                torch.cuda._sleep(self.cycles)
+                ev = torch.cuda.Event()
+                ev.record(self.stream)
+                queued.append(ev)
+                if len(queued) >= self.IN_FLIGHT:
+                    queued.popleft().synchronize()
+                    self.kernels += 1
+            for ev in queued:
+                ev.synchronize()
 
     def stats(self):
         return {"bg_wait_ms": self.kernels * self.KERNEL_MS}
-
-    def close(self):
-        self.stop.set()
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def make_ckpt(cfg, a, job, name, group=None):
