@@ -129,6 +129,32 @@ def test_train_suffix_typo():
             return f":{typo}: a configuration ran before the typo was refused:\n{p.stdout}"
 
 
+def test_call_ab():
+    """bench_call_ab.py: an A/A run (this tree's package as the base too) prints both
+    versions' medians and a ratio for each kind of call; a base that is not a package
+    is refused with a message."""
+    pkg = os.path.join(BENCH, "..")
+    for kind, calls in (("gradlog", ("record", "state")), ("store", ("state",))):
+        p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_call_ab.py"),
+                            "--base-dir", pkg, "--kind", kind, "--size", "tiny", "--steps",
+                            "6", "--warmup", "2"], capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            return f"{kind}: rc {p.returncode}: {p.stderr[-2000:]}"
+        what = "gradlog_k1" if kind == "gradlog" else kind
+        for call in calls:
+            ratio = [float(m.group(1)) for m in re.finditer(
+                rf"^ratio: call_{what}_{call}_vs_base ([0-9.]+)$", p.stdout, re.M)]
+            both = all(re.search(rf"^bench: call_{what}_{call}_{v} [0-9.]+ ms \(n=\d+\)$",
+                                 p.stdout, re.M) for v in ("this", "base"))
+            if len(ratio) != 1 or not ratio[0] > 0 or not both:
+                return f"{kind}: no figures for its {call} calls:\n{p.stdout}"
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_call_ab.py"),
+                        "--base-dir", BENCH, "--steps", "1"],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode == 0 or "holds no pmckpt package" not in p.stderr:
+        return f"a base without a package: rc {p.returncode}: {p.stderr[-2000:]}"
+
+
 if torch.cuda.is_available():
     T.skip("bench_gpu.py's CUDA branch up to the library's check", "a GPU is present: "
            "make bench-gpu runs it")
@@ -138,6 +164,7 @@ else:
 T.run("bench_gpu.py --device cpu: a dry run prints every ratio line", test_dry_run)
 T.run("bench_train.py --device cpu, the next GPU session's configurations: cost and ratio "
       "lines", test_train_dry_run)
+T.run("bench_call_ab.py, an A/A run: both versions' calls and their ratio", test_call_ab)
 T.run("bench_train.py refuses an unknown configuration suffix before running any",
       test_train_suffix_typo)
 T.done()
