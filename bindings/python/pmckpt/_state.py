@@ -64,7 +64,10 @@ _CONTAINERS = (dict, collections.OrderedDict, list, tuple)  # those a memo remem
 _TOP = ("top",)
 
 
-_first = operator.itemgetter(0)
+# Read over every tensor of a replayed container at once, in C (map): _tensors_as_then
+_TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
+# (shape, dtype, device, layout, requires_grad): one tuple a tensor, in one pass
+_properties = operator.attrgetter("shape", "dtype", "device", "layout", "requires_grad")
 
 
 def _blob(v):
@@ -84,10 +87,100 @@ def _blob(v):
         return None
 
 
-def _checked_later(slot):
-    """Sort key of a _Memo's slots: those of containers with a blob first."""
-    cm = slot[3]
+def _checked_later(step):
+    """Sort key of a _Memo's plan: the containers with a blob first."""
+    cm = step[0]
     return cm is None or cm.blob is None
+
+
+def _plan(slots):
+    """A _Memo's plan of its slots ((position, container's _Memo or None), in
+    order): (container's _Memo, position, None) for a container, (None,
+    position, None) for a tensor alone, (None, None, itemgetter) for a run of
+    tensors (itemgetter(values) gives them in order); those of containers with
+    a blob first (one marshal each: they fail first when something changed, a
+    learning rate, before any tensor is read)."""
+    plan, run = [], []
+    for pos, cm in slots + ((None, False),):  # a last container: the last run ends
+        if cm is None:
+            run.append(pos)
+            continue
+        if len(run) == 1:
+            plan.append((None, run[0], None))
+        elif run:
+            plan.append((None, None, operator.itemgetter(*run)))
+        run = []
+        if cm is not False:
+            plan.append((cm, pos, None))
+    return tuple(sorted(plan, key=_checked_later))
+
+
+def _gather(v, m, found):
+    """Whether container v has the structure memo m says (see
+    Flattener._replay): the same type, keys (of the same types; a sequence:
+    the same length), equal other values, and so for the containers under it
+    and its _metadata; appends the objects where m had tensors, in order, to
+    `found` (they are checked, all at once, by _tensors_as_then)."""
+    if type(v) is not m.type:
+        return False
+    blob = m.blob
+    if blob is not None:  # no tensors under it, no _metadata then
+        return _blob(v) == blob and (m.type is not collections.OrderedDict or
+                                     not isinstance(getattr(v, "_metadata", None), dict))
+    if m.keys is None:  # a list or a tuple
+        values = v
+        if len(v) != m.size:
+            return False
+    else:
+        now = tuple(v)
+        # equal keys of other types (True == 1 == 1.0) are written otherwise
+        # (the types first: a key that is a tensor is not compared, == is elementwise)
+        if tuple(map(type, now)) != m.key_types or now != m.keys:
+            return False
+        values = tuple(v.values())
+    for pos, tx, x in m.atoms:
+        y = values[pos]
+        if type(y) is not tx or y != x:
+            return False
+    for cm, pos, run in m.plan:
+        if cm is not None:
+            if not _gather(values[pos], cm, found):
+                return False
+        elif run is None:
+            found.append(values[pos])
+        else:
+            found += run(values)
+    mm = m.md
+    if mm is None:
+        # v's _metadata was not a dict then (a plain dict has none)
+        return m.type is not collections.OrderedDict or \
+            not isinstance(getattr(v, "_metadata", None), dict)
+    md = getattr(v, "_metadata", None)
+    return isinstance(md, dict) and _gather(md, mm, found)
+
+
+def _tensors_as_then(found, m):
+    """(data_ptr()s, keys as in Flattener._alias) of the objects of `found` if
+    each is a dense tensor (a Parameter or a plain one) not requiring grad,
+    with the shape, strides, dtype and device of _Memo m's tensor at its
+    position (m.expected); else None.  Their properties are read over all of
+    them at once, in C (map), one pass for the attributes, one each for
+    stride() and data_ptr(): this is the hot path of an encode (the ~1170
+    tensors of an AdamW state, a step's gradients).  (A remembered container
+    holds no tensor requiring grad: _remember takes only the caller's own
+    tensors, which _tensor detaches when they do; one that does now is walked
+    afresh.)"""
+    if not _TENSOR_TYPES.issuperset(map(type, found)):
+        return None
+    properties, strides, columns = m.expected
+    try:
+        if list(map(_properties, found)) != properties or \
+                list(map(torch.Tensor.stride, found)) != strides:
+            return None
+        ptrs = list(map(torch.Tensor.data_ptr, found))
+    except RuntimeError:  # no storage, no strides (nested)
+        return None
+    return ptrs, list(zip(ptrs, *columns))
 
 
 def _json(v):
@@ -186,8 +279,9 @@ class _Memo:
     or None, the tensors' declarations, the text and, for a container without
     tensors, its marshal bytes: no reference to the state's tensors or
     containers."""
-    __slots__ = ("type", "keys", "key_types", "size", "atoms", "slots", "md", "blob", "text",
-                 "entries", "containers", "tensor_memos", "where", "_names", "_qnames", "_cuda")
+    __slots__ = ("type", "keys", "key_types", "size", "atoms", "plan", "md", "blob", "text",
+                 "entries", "containers", "tensor_memos", "where", "_names", "_qnames", "_cuda",
+                 "_expected")
 
     def __init__(self, v, atoms, slots, md, blob, text, entries, containers, tensor_memos,
                  where):
@@ -200,11 +294,9 @@ class _Memo:
         self.size = len(v)
         # the values that are neither tensors nor containers: ((position, type, value), ...)
         self.atoms = tuple(atoms)
-        # the tensors and containers: ((position, (shape, strides, dtype, device), Entry,
-        # None) or (position, None, None, the container's _Memo), ...), in order, but
-        # those with a blob first: one marshal each, they fail first when something
-        # changed (a learning rate) before the others' tensors are checked
-        self.slots = tuple(sorted(slots, key=_checked_later))
+        # where its tensors and containers are: _plan of slots, ((position, None) for a
+        # tensor, (position, the container's _Memo)), in order
+        self.plan = _plan(tuple(slots))
         self.md = md  # the _Memo of an OrderedDict's _metadata dict, or None
         # _blob(v) of a container without tensors, or None: what it holds is then
         # checked in one comparison (and it may hold floats, which atoms may not)
@@ -216,7 +308,7 @@ class _Memo:
         self.where = where
         # made when first replayed: a container walked at every encode (the state
         # itself, most often) is remembered at every encode, and never replayed
-        self._names = self._qnames = None
+        self._names = self._qnames = self._expected = None
         self._cuda = False
 
     @property
@@ -232,6 +324,19 @@ class _Memo:
         if self._qnames is None:
             self._qnames = tuple(e.qname for e in self.entries)
         return self._qnames
+
+    @property
+    def expected(self):
+        """What the tensors under v were, in order (their entries'), as
+        _tensors_as_then reads them: ([(shape, dtype, device, strided, False),
+        ...], [strides, ...], (shapes, strides, dtypes, devices)): the columns
+        of their keys but the address."""
+        if self._expected is None:
+            keys = [tm[0] for _, tm in self.tensor_memos]
+            _, shapes, strides, dtypes, devices = map(list, zip(*keys)) if keys else [[]] * 5
+            self._expected = ([(k[1], k[3], k[4], torch.strided, False) for k in keys],
+                              strides, (shapes, strides, dtypes, devices))
+        return self._expected
 
     @property
     def cuda_device(self):
@@ -547,7 +652,7 @@ class Flattener:
                 if j >= len(entries) or tensors[j] is not x or tm is None or \
                         tm[1] is not entries[j]:
                     return None  # an alias of an earlier tensor, or not remembered
-                slots.append((pos, tm[0][1:], tm[1], None))
+                slots.append((pos, None))
                 tensor_memos.append((tpath, tm))
                 j += 1
                 tree = False
@@ -559,7 +664,7 @@ class Flattener:
                 cm = written.get(id(x))
                 if cm is None or cm.where != prefix + str(k):
                     return None  # not remembered (here, at this key path)
-                slots.append((pos, None, None, cm))
+                slots.append((pos, cm))
                 j += len(cm.entries)
                 containers += cm.containers
                 containers.append((cm.where, cm))
@@ -597,9 +702,13 @@ class Flattener:
         then, and so has its _metadata; returns whether it did (else nothing
         was written)."""
         by_name, alias = self.by_name, self._alias
-        found, keys = [], []
-        if not self._check(v, m, found, keys):
+        found = []
+        if not _gather(v, m, found):
             return False
+        checked = _tensors_as_then(found, m)
+        if checked is None:
+            return False
+        ptrs, keys = checked
         # (after the check: a memo made anew at each encode, of a container that
         # changes at each, has its names made only when it is written again)
         if m.entries and not by_name.keys().isdisjoint(m.names):
@@ -618,7 +727,7 @@ class Flattener:
         self.entries += m.entries
         self.tensors += found
         self.srcs += found
-        self.ptrs += map(_first, keys)
+        self.ptrs += ptrs
         by_name.update(m.names)
         if self.cuda_device is None:
             self.cuda_device = m.cuda_device
@@ -628,61 +737,6 @@ class Flattener:
         self._written[id(v)] = m
         self._out.append(m.text)
         return True
-
-    def _check(self, v, m, found, keys):
-        """Whether container v can be written as memo m says (see _replay);
-        appends each of its tensors, and those of the containers under it, in
-        order, to `found`, and their keys (as in self._alias) to `keys`: the
-        caller checks that none is a tie."""
-        if type(v) is not m.type:
-            return False
-        blob = m.blob
-        if blob is not None:  # no tensors under it, no _metadata then
-            return _blob(v) == blob and (m.type is not collections.OrderedDict or
-                                         not isinstance(getattr(v, "_metadata", None), dict))
-        if m.keys is None:  # a list or a tuple
-            values = v
-            if len(v) != m.size:
-                return False
-        else:
-            now = tuple(v)
-            # equal keys of other types (True == 1 == 1.0) are written otherwise
-            # (the types first: a key that is a tensor is not compared, == is elementwise)
-            if tuple(map(type, now)) != m.key_types or now != m.keys:
-                return False
-            values = tuple(v.values())
-        for pos, tx, x in m.atoms:
-            y = values[pos]
-            if type(y) is not tx or y != x:
-                return False
-        strided, plain, param = torch.strided, torch.Tensor, torch.nn.Parameter
-        for pos, then, e, cm in m.slots:
-            t = values[pos]
-            if cm is not None:
-                if not self._check(t, cm, found, keys):
-                    return False
-                continue
-            tt = type(t)
-            if (tt is not plain and tt is not param) or t.layout is not strided:
-                return False
-            if t.requires_grad:
-                t = t.detach()  # as _tensor declares it
-            try:
-                layout = (t.shape, t.stride(), t.dtype, t.device)
-                if layout != then:
-                    return False
-                key = (t.data_ptr(),) + layout
-            except RuntimeError:  # no storage, no strides (nested)
-                return False
-            keys.append(key)
-            found.append(t)
-        mm = m.md
-        if mm is None:
-            # v's _metadata was not a dict then (a plain dict has none)
-            return m.type is not collections.OrderedDict or \
-                not isinstance(getattr(v, "_metadata", None), dict)
-        md = getattr(v, "_metadata", None)
-        return isinstance(md, dict) and self._check(md, mm, found, keys)
 
     def _seq(self, v):
         """A JSON array of v's items.  A list or a tuple is written again as
