@@ -294,6 +294,7 @@ def test_memo():
     class Color(enum.IntEnum):
         A = 1
     t1, t4, t2 = torch.ones(3), torch.ones(4), torch.zeros(3)
+    u = [torch.full((3,), float(i)) for i in range(5)]
     states = [("remembered", {1: t1, "n": 5}), ("a float key (1 == 1.0)", {1.0: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("an IntEnum key", {Color.A: t1, "n": 5}),
               ("back", {1: t1, "n": 5}), ("a str subclass value",
@@ -378,6 +379,13 @@ def test_memo():
               ("in an OrderedDict", {"m": collections.OrderedDict(
                   [("a", collections.OrderedDict(v=1.5)), ("b", {"v": 2})]), "t": t1}),
               ("now a dict", {"m": {"a": {"v": 1.5}, "b": {"v": 2}}, "t": t1}),
+              # a container's tensors and those of the containers it holds, in turn:
+              # gathered in their order (_gather)
+              # (of one shape: in another order they would pass the memo's checks)
+              ("tensors beside a dict of tensors", {"a": u[0], "b": {"x": u[1], "n": 1},
+                                                    "c": u[2], "d": u[3], "e": [u[4], 2]}),
+              ("again", {"a": u[0], "b": {"x": u[1], "n": 1}, "c": u[2], "d": u[3],
+                         "e": [u[4], 2]}),
               ("a dict in a list", {"q": [{"a": [1, t1]}, 3]}),
               ("its tensor new", {"q": [{"a": [1, torch.ones(3)]}, 3]}),
               ("its tensor now in the dict", {"q": [{"a": [1], "b": t1}, 3]}),
