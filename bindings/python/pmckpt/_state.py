@@ -65,7 +65,8 @@ _TOP = ("top",)
 
 
 # Read over every tensor of a replayed container at once, in C (map): _tensors_as_then
-_TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
+# (compared by identity: a metaclass's __eq__ and __hash__ could make another type pass)
+_TENSOR_TYPE_IDS = frozenset(map(id, (torch.Tensor, torch.nn.Parameter)))
 # (shape, dtype, device, layout, requires_grad): one tuple a tensor, in one pass
 _properties = operator.attrgetter("shape", "dtype", "device", "layout", "requires_grad")
 
@@ -170,7 +171,7 @@ def _tensors_as_then(found, m):
     holds no tensor requiring grad: _remember takes only the caller's own
     tensors, which _tensor detaches when they do; one that does now is walked
     afresh.)"""
-    if not _TENSOR_TYPES.issuperset(map(type, found)):
+    if not _TENSOR_TYPE_IDS.issuperset(map(id, map(type, found))):
         return None
     properties, strides, columns = m.expected
     try:

@@ -416,6 +416,25 @@ def test_memo():
         why = refused(st, memo, "meta")
         if why:
             return f"a meta tensor at a remembered key path: {why}"
+    # A tensor subclass whose type says it equals torch.Tensor (its metaclass's __eq__
+    # and __hash__), where the memo has a tensor: refused as a fresh encode refuses it
+    # (the types are compared by identity; found by a review)
+    class LyingMeta(type(torch.Tensor)):
+        def __eq__(self, other):  # (self: the class)
+            return other is torch.Tensor or self is other
+
+        def __hash__(self):
+            return hash(torch.Tensor)
+
+    class Lying(torch.Tensor, metaclass=LyingMeta):
+        pass
+    for st in ({"w": torch.ones(4)}, {"d": {"w": torch.ones(4), "v": torch.zeros(4)}, "n": 1}):
+        memo = encoded(st)[2]
+        inner = st.get("d", st)
+        inner["w"] = torch.zeros(4).as_subclass(Lying)
+        why = refused(st, memo, "subclass")
+        if why:
+            return f"a tensor subclass whose type compares equal to torch.Tensor: {why}"
     # A key that is a tensor (refused) where the memo has a dict of int keys: refused
     # alike (not an error of comparing it, elementwise, to a key of the memo's).
     memo = encoded({"k": {0: 1, 1: 2}, "l": {"m": {0: 1}}})[2]
