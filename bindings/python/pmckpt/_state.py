@@ -135,8 +135,9 @@ def _gather(v, m, found):
     else:
         now = tuple(v)
         # equal keys of other types (True == 1 == 1.0) are written otherwise
-        # (the types first: a key that is a tensor is not compared, == is elementwise)
-        if tuple(map(type, now)) != m.key_types or now != m.keys:
+        # (the types first, by identity as far as both go: a key that is a tensor is not
+        # compared, == is elementwise; the tuples' == then tells the lengths apart)
+        if not all(map(operator.is_, map(type, now), m.key_types)) or now != m.keys:
             return False
         values = tuple(v.values())
     for pos, tx, x in m.atoms:
