@@ -472,6 +472,34 @@ struct pmck_pipeline_opts {
  */
 #define PMCK_PIPELINE_VERIFY_SOURCES (1u << 0)
 
+/*
+ * Flags of pmck_pipeline_opts for GPU sources: where the checksums of the
+ * pieces (XXH3-64 of each 1 MiB chunk, pmck_tensor_checksum's) are
+ * computed.  At most one of them; neither: the library's default, the host.
+ *
+ * PMCK_PIPELINE_GPU_HASH_HOST: each writer hashes its pieces where they
+ * landed in the region, once they have landed.  What is hashed is what the
+ * region holds; the cost is CPU time per byte on the writers (about 6.6 GB/s
+ * a writer on the H200's host: docs/gpu.md), which the training thread
+ * feels, and a save keeps up with PCIe only with about 12 writers.
+ *
+ * PMCK_PIPELINE_GPU_HASH_DEVICE: the GPU hashes the sources, by kernels
+ * queued on the writers' streams after the layer's ready event; the writers
+ * only wait, flush and drain.  What is hashed is what the copies read (the
+ * region's bytes are hashed by the next recovery that verifies them).  Its
+ * cost is SM time beside the training's kernels.  With 4 writers it saved
+ * as fast as 12 writers hashing on the host, and kept training at batch 8
+ * at 0.92 of no checkpoints against 0.62 (the H200, docs/gpu.md).  The
+ * staged source (C) keeps hashing in its fused copy on the host, which
+ * reads the bytes anyway.
+ *
+ * Both flags: -EINVAL; either with host sources: -EINVAL.  The environment
+ * variable PMCK_GPU_HASH ("host" or "device"), when set, overrides both,
+ * for experiments on a program that cannot be changed.
+ */
+#define PMCK_PIPELINE_GPU_HASH_HOST (1u << 1)
+#define PMCK_PIPELINE_GPU_HASH_DEVICE (1u << 2)
+
 #define PMCK_SKIPPED 1 /* positive: pmck_pipeline_begin skipped this checkpoint */
 
 /*
@@ -481,10 +509,8 @@ struct pmck_pipeline_opts {
  * the whole region with cudaHostRegister (Mapped|Portable).  They copy
  * in sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged);
  * the environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8)
- * sets another size, for tuning (docs/gpu.md).  The writers hash (XXH3)
- * what lands; PMCK_GPU_HASH=device has the GPU hash the sources instead
- * (every GPU source but the staged one; an experiment, off by default:
- * docs/gpu.md).  A writer waiting for its copies polls (the CUDA runtime's
+ * sets another size, for tuning (docs/gpu.md).  Where the pieces are
+ * hashed: PMCK_PIPELINE_GPU_HASH_* above.  A writer waiting for its copies polls (the CUDA runtime's
  * choice on a machine of many CPUs); PMCK_GPU_WAIT=block has it sleep until
  * they land instead (slower on the one H100 machine that compared them:
  * docs/gpu.md).  PMCK_GPU_RATE_GBPS (a whole number from 1 to 1000) paces
@@ -493,9 +519,10 @@ struct pmck_pipeline_opts {
  * before it is enqueued; an experiment, unpaced by default (docs/gpu.md).
  * For tests, PMCK_TEST_COMMIT_DELAY_MS (0 to 10000) holds
  * each commit back that many milliseconds, so that checkpoints commit late.
- * Errors: -EINVAL (also a bad PMCK_GPU_SUB_MIB, PMCK_GPU_HASH, PMCK_GPU_WAIT,
- * PMCK_GPU_RATE_GBPS or PMCK_TEST_COMMIT_DELAY_MS, named in the message), -ENOMEM (host memory, or device or pinned memory from
- * CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the
+ * Errors: -EINVAL (unknown flags, both hashing flags, a hashing flag with
+ * host sources; also a bad PMCK_GPU_SUB_MIB, PMCK_GPU_HASH, PMCK_GPU_WAIT,
+ * PMCK_GPU_RATE_GBPS or PMCK_TEST_COMMIT_DELAY_MS, named in the message),
+ * -ENOMEM (host memory, or device or pinned memory from CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the
  * message gives the bytes asked and free), -EAGAIN (threads), -ENODEV
  * (GPU path unavailable: built without CUDA, no driver or no device; the
  * message says which), -EIO from CUDA.

@@ -144,7 +144,7 @@ int pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint6
 const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
 
 /*
- * Device hashing ($PMCK_GPU_HASH=device, pipeline.c): the XXH3-64 of each
+ * Device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE or $PMCK_GPU_HASH=device, pipeline.c): the XXH3-64 of each
  * hash chunk is computed on the GPU, from the source (G: from the
  * snapshot), by a few kernels per put, each over whole layers
  * (xxh3_long.h: a warp per chunk), instead of by a writer from the bytes

@@ -56,7 +56,7 @@ struct pmck_pipeline {
 	struct pmck_gpu *gpu;
 	size_t gpu_sub;        /* bytes per sub-copy of a GPU job (gpu.h) */
 	unsigned commit_delay_ms; /* $PMCK_TEST_COMMIT_DELAY_MS: tests hold commits back */
-	int gpu_hash;          /* $PMCK_GPU_HASH=device: the GPU hashes (all but C; gpu.h) */
+	int gpu_hash;          /* the GPU hashes (all but C; gpu.h): gpu_hash_mode */
 	unsigned pace_gbps;    /* $PMCK_GPU_RATE_GBPS: GPU pieces paced (pace.c), 0: not */
 	pthread_mutex_t lock;
 	pthread_cond_t work;   /* workers: a job is queued, or stop */
@@ -642,17 +642,24 @@ env_either(const char *name, const char *first, const char *second, const char *
 }
 
 /*
- * $PMCK_GPU_HASH: "host" (the default: the writers hash the bytes that
- * landed) or "device" (the GPU hashes the sources, gpu.h).  C keeps
- * hashing in its fused copy into the region, which reads the bytes anyway.
+ * Where the pieces are hashed: opts.flags' PMCK_PIPELINE_GPU_HASH_HOST (the
+ * writers hash the bytes that landed) or _DEVICE (the GPU hashes the
+ * sources, gpu.h), neither the host; $PMCK_GPU_HASH ("host" or "device"),
+ * when set, decides instead.  C keeps hashing in its fused copy into the
+ * region, which reads the bytes anyway.
  */
 static int
-gpu_hash_mode(enum pmck_source source, int *device)
+gpu_hash_mode(const struct pmck_pipeline_opts *o, int *device)
 {
-	int ret = env_either("PMCK_GPU_HASH", "host", "device", "'host' (the writers hash what "
-			"lands, the default) or 'device' (the GPU hashes the sources)", device);
+	const char *e = getenv("PMCK_GPU_HASH");
+	int ret = 0;
 
-	*device = *device && source != PMCK_SOURCE_GPU_STAGED;
+	if (e && *e)
+		ret = env_either("PMCK_GPU_HASH", "host", "device", "'host' (the writers hash "
+				"what lands) or 'device' (the GPU hashes the sources)", device);
+	else
+		*device = !!(o->flags & PMCK_PIPELINE_GPU_HASH_DEVICE);
+	*device = *device && o->source != PMCK_SOURCE_GPU_STAGED;
 	return ret;
 }
 
@@ -713,7 +720,7 @@ open_gpu(struct pmck_pipeline *p)
 	unsigned flags;
 	int ret = gpu_sub_size(p->opts.source, &p->gpu_sub);
 	if (!ret)
-		ret = gpu_hash_mode(p->opts.source, &p->gpu_hash);
+		ret = gpu_hash_mode(&p->opts, &p->gpu_hash);
 	if (!ret)
 		ret = gpu_wait_flags(&flags);
 	if (!ret)
@@ -761,8 +768,17 @@ pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		return pma__err(-EINVAL, "%u writer threads: at most %d", o.threads, MAX_THREADS);
 	if ((unsigned)o.on_busy > PMCK_BUSY_SKIP || (unsigned)o.source > PMCK_SOURCE_GPU_SNAPSHOT)
 		return pma__err(-EINVAL, "unknown busy policy or source");
-	if (o.flags & ~PMCK_PIPELINE_VERIFY_SOURCES)
-		return pma__err(-EINVAL, "unknown pipeline flags %#x", o.flags);
+	const unsigned hash_flags = PMCK_PIPELINE_GPU_HASH_HOST | PMCK_PIPELINE_GPU_HASH_DEVICE;
+	if (o.flags & ~(PMCK_PIPELINE_VERIFY_SOURCES | hash_flags))
+		return pma__err(-EINVAL, "unknown pipeline flags %#x",
+				o.flags & ~(PMCK_PIPELINE_VERIFY_SOURCES | hash_flags));
+	if ((o.flags & hash_flags) == hash_flags)
+		return pma__err(-EINVAL, "PMCK_PIPELINE_GPU_HASH_HOST and _DEVICE together: "
+				"the pieces are hashed in one place");
+	if ((o.flags & hash_flags) && o.source == PMCK_SOURCE_HOST)
+		return pma__err(-EINVAL, "PMCK_PIPELINE_GPU_HASH_%s is for GPU sources: host "
+				"sources are hashed by the writers' copies",
+				o.flags & PMCK_PIPELINE_GPU_HASH_HOST ? "HOST" : "DEVICE");
 	if (o.snapshot_on_wait && (o.source == PMCK_SOURCE_HOST ||
 			o.source == PMCK_SOURCE_GPU_SNAPSHOT))
 		return pma__err(-EINVAL, "snapshot_on_wait is for GPU sources read in place "

@@ -1001,6 +1001,76 @@ test_snapshot_on_wait_refused(const char *path)
 	close_store(&r, &pool, &s);
 }
 
+/*
+ * The hashing flags: both at once, or either with host sources, refused by
+ * name; $PMCK_GPU_HASH, when set, overrides them both ways (seen by the
+ * chunks the stand-in hashes "on the GPU").
+ */
+static void
+test_hash_flags(const char *path, uint64_t *step)
+{
+	struct pma_region *r;
+	struct pma_pool *pool;
+	struct pmck_store *s;
+	struct pmck_pipeline *p = NULL;
+	const unsigned host = PMCK_PIPELINE_GPU_HASH_HOST, device = PMCK_PIPELINE_GPU_HASH_DEVICE;
+	static const struct {
+		enum pmck_source src;
+		unsigned flags;
+		const char *says;
+	} bad[] = {
+		{PMCK_SOURCE_GPU_DIRECT, PMCK_PIPELINE_GPU_HASH_HOST | PMCK_PIPELINE_GPU_HASH_DEVICE,
+		 "together"},
+		{PMCK_SOURCE_HOST, PMCK_PIPELINE_GPU_HASH_DEVICE, "_DEVICE is for GPU sources"},
+		{PMCK_SOURCE_HOST, PMCK_PIPELINE_GPU_HASH_HOST, "_HOST is for GPU sources"},
+		{PMCK_SOURCE_GPU_DIRECT, 1u << 7, "unknown pipeline flags 0x80"},
+	};
+
+	unsetenv("PMCK_GPU_HASH");
+	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s)) {
+		ok(0, "hashing flags: set up: %s", pmck_errormsg());
+		return;
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct pmck_pipeline_opts o = {.threads = 1, .source = bad[i].src,
+				.flags = bad[i].flags};
+		int ret = pmck_pipeline_new(s, &o, &p);
+		ok(ret == -EINVAL && !p && strstr(pmck_errormsg(), bad[i].says),
+				"flags %#x with %s sources refused: %s", bad[i].flags,
+				source_name(bad[i].src), pmck_errormsg());
+		pmck_pipeline_delete(&p);
+	}
+	static const struct {
+		unsigned flags;
+		const char *env;
+		int on_gpu;
+	} ways[] = {
+		{PMCK_PIPELINE_GPU_HASH_DEVICE, "host", 0},
+		{PMCK_PIPELINE_GPU_HASH_HOST, "device", 1},
+		{0, "device", 1},
+		{PMCK_PIPELINE_GPU_HASH_DEVICE, "", 1},
+	};
+	for (size_t i = 0; i < sizeof(ways) / sizeof(ways[0]); i++) {
+		struct pmck_pipeline_opts o = {.threads = 2, .source = PMCK_SOURCE_GPU_DIRECT,
+				.flags = ways[i].flags};
+		setenv("PMCK_GPU_HASH", ways[i].env, 1);
+		unsigned long before = atomic_load(&gpu_hashed);
+		int ret = pmck_pipeline_new(s, &o, &p);
+		fill(++*step);
+		if (!ret)
+			ret = checkpoint(p, *step, 0);
+		unsigned long hashed = atomic_load(&gpu_hashed) - before;
+		ok(!ret && exact(s, *step) && !hashed == !ways[i].on_gpu, "flags %s, "
+				"PMCK_GPU_HASH='%s': hashed on the %s (%lu chunks by the \"GPU\"), "
+				"bit-exact %s", ways[i].flags == device ? "_DEVICE" :
+				ways[i].flags == host ? "_HOST" : "none", ways[i].env,
+				ways[i].on_gpu ? "GPU" : "host", hashed, ret ? pmck_errormsg() : "");
+		pmck_pipeline_delete(&p);
+	}
+	unsetenv("PMCK_GPU_HASH");
+	close_store(&r, &pool, &s);
+}
+
 static void
 test_source(const char *path, enum pmck_source src, uint64_t *step, int device_hash)
 {
@@ -1008,12 +1078,15 @@ test_source(const char *path, enum pmck_source src, uint64_t *step, int device_h
 	struct pma_pool *pool;
 	struct pmck_store *s;
 	struct pmck_pipeline *p;
-	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src};
+	/* Hashing chosen by the flags (K asks for the host's, the default, by name). */
+	struct pmck_pipeline_opts o = {.threads = 3, .numa_node = -1, .source = src,
+			.flags = device_hash ? PMCK_PIPELINE_GPU_HASH_DEVICE :
+				 src == PMCK_SOURCE_GPU_KERNEL ? PMCK_PIPELINE_GPU_HASH_HOST : 0};
 	char name[64];
 	unsigned before = atomic_load(&breaches);
 
 	snprintf(name, sizeof(name), "%s%s", source_name(src), device_hash ? ", device hashing" : "");
-	setenv("PMCK_GPU_HASH", device_hash ? "device" : "host", 1);
+	unsetenv("PMCK_GPU_HASH");
 
 	if (open_store(path, 128 << 20, 0, "f", descs, N, &r, &pool, &s) ||
 	    pmck_pipeline_new(s, &o, &p)) {
@@ -1295,6 +1368,7 @@ main(void)
 	pmck_pipeline_delete(&p);
 	close_store(&r, &pool, &s);
 	unsetenv("PMCK_GPU_HASH");
+	test_hash_flags(path, &step);
 
 	/* PMCK_GPU_WAIT: the writers' events spin by default, block when asked; a typo is refused. */
 	static const struct {

@@ -12,7 +12,7 @@
  * through each strategy (--gpu-threads writers, default 12), against cudaMemcpy
  * D2H of each tensor into ordinary pinned memory; for context also against the
  * same bytes as one copy, and against the copies into the registered region;
- * D and G again with device hashing (PMCK_GPU_HASH=device) against the same
+ * D and G again with device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE) against the same
  * strategy hashing on the CPU.  Then what the CPU can hash: XXH3 of the slot
  * on the writers' thread count, and pmck_store_recover's verification; and
  * what the GPU can: pmck_gpu_hasher over the state in device memory (a
@@ -733,7 +733,7 @@ main(int argc, char **argv)
 		uint64_t gstep = 100000;
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
 			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
-					.source = strat[k].src};
+					.source = strat[k].src, .flags = PMCK_PIPELINE_GPU_HASH_HOST};
 			struct writer_time wt;
 			double tput = host_hash_tput[k] = bytes / pipeline_save_time(s, dsrc, nlayers,
 					&o, &gstep, 1, steps, &wt) / 1e9;
@@ -754,21 +754,23 @@ main(int argc, char **argv)
 				"piece's last sub-copy landed: its flush and hash, no copy of that writer "
 				"in flight), hash_wait (within the tail)\n");
 		/*
-		 * Device hashing (PMCK_GPU_HASH=device): the GPU hashes the sources and
-		 * the writers only flush, for D (DMA) and G, against the same strategy
-		 * hashing on the CPU above, in this run.
+		 * Device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE): the GPU hashes the
+		 * sources and the writers only flush, for D (DMA) and G, against the
+		 * same strategy hashing on the CPU above, in this run.
 		 */
+		const char *hash_env = getenv("PMCK_GPU_HASH");
+		if (hash_env && *hash_env)
+			printf("# PMCK_GPU_HASH=%s is set: it decides the hashing of the runs above "
+					"and below alike\n", hash_env);
 		for (unsigned k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
 			if (strat[k].src != PMCK_SOURCE_GPU_DIRECT &&
 			    strat[k].src != PMCK_SOURCE_GPU_SNAPSHOT)
 				continue;
-			setenv("PMCK_GPU_HASH", "device", 1);
 			struct pmck_pipeline_opts o = {.threads = gthreads, .numa_node = -1,
-					.source = strat[k].src};
+					.source = strat[k].src, .flags = PMCK_PIPELINE_GPU_HASH_DEVICE};
 			struct writer_time wt;
 			double tput = bytes / pipeline_save_time(s, dsrc, nlayers, &o, &gstep, 1,
 					steps, &wt) / 1e9;
-			unsetenv("PMCK_GPU_HASH");
 			printf("bench: %s_device_hash_tput %.2f GB/s\n", strat[k].name, tput);
 			char dh[64];
 			snprintf(dh, sizeof(dh), "%s_device_hash", strat[k].name);

@@ -21,7 +21,7 @@ skips where there is no GPU):
           against the copies after verification (Store._early_load "never"),
           the two in turn, as speed
   ratio: gpu_save_device_hash_vs_host_hash  the same Store.save with device
-          hashing (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
+          hashing (Store(gpu_hash="device"): the GPU hashes the sources, the writers
           only flush) against the host's hashing, as speed (above 1: faster);
           also gpu_save_durable_device_hash_vs_pinned_d2h
   ratio: gpu_save_threads{N}_vs_default   the same Store.save with N writer
@@ -406,12 +406,9 @@ def main():
         caching = False
     d2h_flat_t, h2d_flat_t = [], []
     import torch.distributed.checkpoint as dcp
-    # The same saves with device hashing (the GPU hashes the sources; the library
-    # reads PMCK_GPU_HASH when a store makes its pipeline, at its first save).
-    old_env = bench_train.set_env({"PMCK_GPU_HASH": "device"})
-    sd = pmckpt.Store(name="bench-gpu-dh", ramdisk=d, threads=a.threads)
+    # The same saves with device hashing (the GPU hashes the sources).
+    sd = pmckpt.Store(name="bench-gpu-dh", ramdisk=d, threads=a.threads, gpu_hash="device")
     sd.save(st, 1)
-    bench_train.restore_env(old_env)
     save_dh, save_alt = [], []
     alt = None
     # the writers a store of a.threads uses for this device: none to compare if alike

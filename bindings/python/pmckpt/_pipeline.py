@@ -770,6 +770,14 @@ class _Pipeline:
         else:
             h._error = Error(f"checkpoint of step {h.step} failed (the store keeps the one before)")
 
+    def _pipeline_flags(self, source):
+        """pmck_pipeline_opts.flags for a pipeline of this source: verify_sources (the
+        library checks host sources only), and where GPU sources are hashed (gpu_hash)."""
+        flags = _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0
+        if source != _lib.SOURCE_HOST and self.gpu_hash is not None:
+            flags |= _lib.PIPELINE_GPU_HASH[self.gpu_hash]
+        return flags
+
     def _ensure_pipeline(self, source, device):
         want = (source, device)
         if self._pipe and self._pipe_source == want:
@@ -784,7 +792,7 @@ class _Pipeline:
                                  self._copyout.value if self.copyout_every == 1 else None,
                                  self._global.value,
                                  None, None,
-                                 _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0,
+                                 self._pipeline_flags(source),
                                  None, self._snapshot_on_wait_bytes(source))
         before = _tasks()
         rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))

@@ -152,7 +152,7 @@ def _recipe(store):
             "shared_dir": store.shared_dir, "keep": store.keep, "rank": store.rank,
             "world_size": store.world_size, "threads": store._threads_given,
             "meta_capacity": store.meta_capacity, "gpu_source": store.gpu_source,
-            "gpu_snapshot_on_wait": store.gpu_snapshot_on_wait,
+            "gpu_snapshot_on_wait": store.gpu_snapshot_on_wait, "gpu_hash": store.gpu_hash,
             "size": store.size or None, "group": group}
 
 

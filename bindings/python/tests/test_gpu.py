@@ -5,7 +5,8 @@ on the GPU with save_async and the optimizer hook; the stream contract
 (docs/gpu.md): save_async does not synchronise the device, tensors written
 on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
-tensors; device hashing (PMCK_GPU_HASH=device) through the same tests;
+tensors; device hashing (PMCK_GPU_HASH=device) through the same tests, and
+Store(gpu_hash=);
 snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training;
 loads whose copies cross while the slot is verified; GradientLog's records
 replayed on the GPU.
@@ -434,6 +435,26 @@ def device_hashing(fn, *args):
             os.environ["PMCK_GPU_HASH"] = before
 
 
+def test_gpu_hash_option():
+    """Store(gpu_hash=): "device" has the GPU hash (the writers wait for its hashes:
+    writer_hash_wait_ns), "host" the writers; either way bit-exact, under
+    $PMCK_GPU_HASH unset."""
+    if os.environ.get("PMCK_GPU_HASH"):
+        return "PMCK_GPU_HASH is set: it would decide instead of gpu_hash"
+    st = gpu_state()
+    want = clone(st)
+    for where in ("device", "host"):
+        with pmckpt.Store(name=f"gpu-hash-{where}", ramdisk=D, gpu_hash=where) as s:
+            s.save(st, 1)
+            s.save(st, 2)
+            waited = s.stats()["pipeline"]["writer_hash_wait_ns"]
+            if (waited > 0) != (where == "device"):
+                return f"gpu_hash={where!r}: the writers waited {waited} ns for the GPU's hashes"
+            r = same(want, s.load())
+            if r:
+                return f"gpu_hash={where!r}: {r}"
+
+
 def test_early_load_memory():
     """The early copies' free-memory check (_recovery.cuda_memory_free made to
     say how much is free): load(into=) of part of a state counts, beside its
@@ -512,6 +533,8 @@ for src in ("direct", "kernel", "snapshot"):
           device_hashing, test_strategy, src)
     T.run(f"device hashing, {src}: tensors written on a side stream, saved at once: the new "
           "values", device_hashing, test_side_stream, src)
+T.run("Store(gpu_hash='device' | 'host'): hashed on the GPU or by the writers, as asked; "
+      "bit-exact", test_gpu_hash_option)
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("load() into new CUDA tensors: copies overlapped with verification, bit-exact",
       test_early_load_made)

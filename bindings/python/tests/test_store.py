@@ -1963,6 +1963,25 @@ def test_pm_path_created():
         return "the refused file was changed"
 
 
+def test_gpu_hash_option():
+    """Store(gpu_hash=): a bad value refused by name; host tensors saved as ever (the
+    library takes the hashing flags for GPU sources only); the flags a GPU pipeline of
+    the store would get (a GPU's own test: test_gpu.py)."""
+    T.raises("gpu_hash='gpu': ValueError naming the choices", ValueError,
+             lambda: pmckpt.Store(name="gh", ramdisk=D, gpu_hash="gpu"), match="'device'")
+    st = {"w": torch.randn(1000), "b": torch.arange(7)}
+    for where, flag in ((None, 0), ("host", 1 << 1), ("device", 1 << 2)):
+        with pmckpt.Store(name=f"gh-{where}", ramdisk=D, gpu_hash=where,
+                          verify_sources=True) as s:
+            s.save(st, 1)
+            r = same(st, s.load())
+            if r:
+                return f"gpu_hash={where!r}: {r}"
+            got = (s._pipeline_flags(_lib.SOURCE_HOST), s._pipeline_flags(_lib.SOURCE_GPU_DIRECT))
+            if got != (_lib.PIPELINE_VERIFY_SOURCES, _lib.PIPELINE_VERIFY_SOURCES | flag):
+                return f"gpu_hash={where!r}: flags {got} for host and GPU sources"
+
+
 def test_poll():
     """poll() never waits: False while a checkpoint is in flight, True once it has ended;
     the ended checkpoint's handle is then done (wait() returns at once) and the store
@@ -2145,6 +2164,8 @@ T.run("stats()['call']: save_async's time by phase, the wait for the previous on
 T.run("Store(path) on a file standing in for fsdax", test_pm_path)
 T.run("Store(path, size=...) creates a missing file; other data is refused", test_pm_path_created)
 T.run("verify_sources: a tensor changed during save_async fails that checkpoint", test_torn_source)
+T.run("gpu_hash: a bad value refused; host tensors saved with any; the GPU pipeline's flags",
+      test_gpu_hash_option)
 T.run("poll(): never waits; an ended checkpoint's handle done and its tensors released",
       test_poll)
 T.run("Store(namespace name) without such a namespace: Error naming it", test_namespace_name)
