@@ -36,7 +36,8 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
                   the store's thread when that one has committed
   pmdh_every{1,10}, pmqsnapdh_every1  CUDA: pm and pmqsnap with device hashing
                   (PMCK_GPU_HASH=device: the GPU hashes the sources, the writers
-                  only flush what lands)
+                  only flush what lands); the default since 2026-11-28, so now
+                  pm and pmqsnap themselves (:hh for the host's hashing)
   pmsow_every{1,10}, pmqsow_every1  CUDA: pm (and pmq) with snapshots on wait
                   (Store(gpu_snapshot_on_wait=True)): the hook snapshots on the
                   device what the writers have not reached, and the optimizer
@@ -51,9 +52,13 @@ Configurations (where: --shm, a tmpfs, for every local tier; --disk for copy-out
   NAME:tN         any of these with N torch intra-op threads (default: --torch-threads)
   NAME:block, NAME:dh, NAME:sub8  CUDA: any of these with the writers
                   sleeping while they wait for their copies (PMCK_GPU_WAIT=block;
-                  they spin by default), with device hashing (PMCK_GPU_HASH=device),
+                  they spin by default), with device hashing (PMCK_GPU_HASH=device,
+                  the default since 2026-11-28 but for pmckpt's older than it),
                   or with 8 MiB sub-copies (PMCK_GPU_SUB_MIB=8: half the writers'
                   CUDA calls); suffixes combine (pmglqsnap_every1:dh:sub8)
+  NAME:hh         CUDA: any of these with the writers hashing on the host
+                  (Store(gpu_hash="host"), and so 12 of them: the defaults until
+                  2026-11-28), against the same without it when both run
   NAME:rateN      CUDA: any of these with the copies out of the device paced to
                   about N GB/s for the whole process (PMCK_GPU_RATE_GBPS=N), against
                   the same unpaced when both run
@@ -699,7 +704,7 @@ class BgWait(Background):
         return {"bg_wait_ms": self.kernels * self.KERNEL_MS}
 
 
-def make_ckpt(cfg, a, job, name, group=None):
+def make_ckpt(cfg, a, job, name, group=None, store_kw=None):
     if cfg.endswith("none"):
         return NoCkpt()
     bg = re.fullmatch(r"bgcopy([1-9][0-9]*)?", cfg)
@@ -710,7 +715,7 @@ def make_ckpt(cfg, a, job, name, group=None):
         return BgWait(job)
     kind, _, every = cfg.rpartition("_every")
     kind, every = kind.removeprefix("mr_"), int(every)
-    kw = dict(threads=a.threads) if a.threads else {}
+    kw = {**(dict(threads=a.threads) if a.threads else {}), **(store_kw or {})}
     if kind == "pm":
         return PmCkpt(a, job, every, name, group=group, **kw)
     if kind == "pmco":
@@ -745,7 +750,7 @@ def make_ckpt(cfg, a, job, name, group=None):
             extra["on_busy"] = "queue"
         return GradLogCkpt(a, job, every, name, **extra, **kw)
     if kind == "pm1t":  # one writer thread (Store(threads=1))
-        return PmCkpt(a, job, every, name, group=group, threads=1)
+        return PmCkpt(a, job, every, name, group=group, **{**kw, "threads": 1})
     if kind == "dcp":
         return DcpCkpt(a, job, every, name)
     if kind == "tsave":
@@ -757,16 +762,19 @@ def make_ckpt(cfg, a, job, name, group=None):
 
 SUFFIX_ENV = {"block": {"PMCK_GPU_WAIT": "block"}, "dh": {"PMCK_GPU_HASH": "device"},
               "sub8": {"PMCK_GPU_SUB_MIB": "8"}}
+SUFFIX_STORE = {"hh": {"gpu_hash": "host"}}  # the stores' arguments
 
 
 def config_suffixes(cfg):
-    """NAME[:tN][:block][:dh][:sub8][:rateN] -> (NAME, torch threads or None,
-    environment)"""
+    """NAME[:tN][:block][:dh][:hh][:sub8][:rateN] -> (NAME, torch threads or None,
+    environment, the stores' arguments)"""
     cfg, *suffixes = cfg.split(":")
-    tt, env = None, {}
+    tt, env, store_kw = None, {}, {}
     for x in suffixes:
         if x in SUFFIX_ENV:
             env.update(SUFFIX_ENV[x])
+        elif x in SUFFIX_STORE:
+            store_kw.update(SUFFIX_STORE[x])
         elif x[:1] == "t" and x[1:].isdigit() and int(x[1:]) > 0:
             tt = int(x[1:])
         elif re.fullmatch(r"rate([1-9][0-9]{0,2}|1000)", x):
@@ -774,8 +782,8 @@ def config_suffixes(cfg):
         else:
             raise SystemExit(f"bench_train: unknown suffix :{x} of configuration {cfg} "
                              f"(:tN with N > 0, :rateN with N from 1 to 1000, "
-                             f"{', '.join(':' + k for k in SUFFIX_ENV)})")
-    return cfg, tt, env
+                             f"{', '.join(':' + k for k in {**SUFFIX_ENV, **SUFFIX_STORE})})")
+    return cfg, tt, env, store_kw
 
 
 class GcClock:
@@ -806,13 +814,13 @@ class GcClock:
 
 def run(cfg, a, device, rep, group=None, ddp_group=None, world=1):
     label = cfg
-    cfg, tt, env = config_suffixes(cfg)
+    cfg, tt, env, store_kw = config_suffixes(cfg)
     torch.set_num_threads(tt or a.torch_threads)
     job = Job(a, device, ddp_group)
     name = f"bt{os.getpid()}-{label.replace(':', '-')}-{rep}"
     old_env = set_env(env)  # read by the library when the store opens
     try:
-        ck = make_ckpt(cfg, a, job, name, group)
+        ck = make_ckpt(cfg, a, job, name, group, store_kw)
     except BaseException:
         restore_env(old_env)
         raise
@@ -1099,6 +1107,8 @@ def main():
         if unpaced in R and rate.isdigit():
             ratio(f"train_tput_{unpaced.replace(':', '_')}_rate{rate}_vs_unpaced", cfg,
                   unpaced, R)
+        if cfg + ":hh" in R:  # the default (the GPU hashes, 4 writers) against the host's
+            ratio(f"train_tput_{cfg.replace(':', '_')}_vs_host_hash", cfg, cfg + ":hh", R)
         if cfg.endswith(":dh"):
             ratio(f"train_tput_{cfg[:-3].replace(':', '_')}_device_hash_vs_none", cfg, "none",
                   R)

@@ -772,11 +772,19 @@ class _Pipeline:
 
     def _pipeline_flags(self, source):
         """pmck_pipeline_opts.flags for a pipeline of this source: verify_sources (the
-        library checks host sources only), and where GPU sources are hashed (gpu_hash)."""
+        library checks host sources only), and where GPU sources are hashed (gpu_hash;
+        $PMCK_GPU_HASH, when set, overrides it in the library)."""
         flags = _lib.PIPELINE_VERIFY_SOURCES if self.verify_sources else 0
-        if source != _lib.SOURCE_HOST and self.gpu_hash is not None:
+        if source != _lib.SOURCE_HOST:
             flags |= _lib.PIPELINE_GPU_HASH[self.gpu_hash]
         return flags
+
+    def _hash_on_host(self):
+        """Whether the writers of a CUDA state hash on the host: gpu_hash "host" (or
+        $PMCK_GPU_HASH=host, which the library obeys over gpu_hash), or the staged source,
+        which hashes in its copy."""
+        where = os.environ.get("PMCK_GPU_HASH") or self.gpu_hash
+        return where == "host" or self.gpu_source == "staged"
 
     def _ensure_pipeline(self, source, device):
         want = (source, device)

@@ -122,15 +122,20 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     allocator.  Off by default (docs/gpu.md, "Snapshots on wait").
 
     gpu_hash: where the checksums of CUDA tensors' pieces are computed as
-    they are saved.  "host": each writer hashes what landed in the store,
-    costing CPU time per byte that the training thread feels (about 12
-    writers keep up with PCIe).  "device": the GPU hashes the tensors, by
-    kernels on the writers' streams, and the writers only wait and flush;
-    with threads=4 it saved as fast as 12 writers hashing on the host and
-    kept training at batch 8, every step, at 0.92 of no checkpoints against
-    0.62 (GradientLog on an H200, docs/gpu.md).  None (the default): the
-    library's choice, the host.  $PMCK_GPU_HASH, when set, overrides it.
-    Host tensors are always hashed by the writers' copies.
+    they are saved.  "device" (the default): the GPU hashes the tensors, by
+    kernels on the writers' streams, and the writers only wait and flush.
+    "host": each writer hashes what landed in the store, CPU time per byte
+    that the training thread feels.  The writers of a CUDA state number
+    min(4, CPUs) with "device", min(12, CPUs) with "host" or
+    gpu_source="staged" (which hashes in its copy on the host): about 12
+    hashing writers keep up with PCIe.  On an H200 (docs/gpu.md) "device"
+    with 4 writers saved as fast as "host" with 12 (0.936 and 0.928 of a
+    pinned copy) and kept training at batch 8, every step (GradientLog), at
+    0.92 of no checkpoints where "host" with 12 writers kept 0.62: the 12
+    writers' hashing and spinning took the CPU from the training thread.
+    $PMCK_GPU_HASH ("host" or "device"), when set, overrides it, the writer
+    count included.  threads= sets the count for every source.  Host tensors
+    are hashed by the writers' copies either way.
 
     verify_sources: after each layer is written, its tensors are hashed
     again and compared with what was written; a tensor changed meanwhile
@@ -143,7 +148,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                  gpu_source="direct", group=None, size=None, verify_sources=False,
                  copyout_every=1, writer_policy="batch", sharing="private", partner=False,
                  partner_keep=2, partner_dir=None, node=None, partner_every=1,
-                 partner_transport="gloo", gpu_snapshot_on_wait=False, gpu_hash=None):
+                 partner_transport="gloo", gpu_snapshot_on_wait=False, gpu_hash="device"):
         if on_busy not in ("wait", "skip", "queue"):
             raise ValueError("on_busy must be 'wait', 'skip' or 'queue'")
         if group is not None and group is not False and on_busy in ("skip", "queue"):
@@ -157,9 +162,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
                 isinstance(gpu_snapshot_on_wait, int) and gpu_snapshot_on_wait >= 0)):
             raise ValueError("gpu_snapshot_on_wait is True (room for the whole state), False, "
                              "or a number of bytes of device memory")
-        if gpu_hash not in (None, "host", "device"):
-            raise ValueError("gpu_hash must be 'host' (the writers hash what lands), 'device' "
-                             "(the GPU hashes the tensors) or None (the library's default)")
+        if gpu_hash not in ("host", "device"):
+            raise ValueError("gpu_hash must be 'device' (the GPU hashes the tensors, the "
+                             "default) or 'host' (the writers hash what lands)")
         if gpu_snapshot_on_wait and gpu_source == "snapshot":
             raise ValueError("gpu_snapshot_on_wait is for the strategies that read the tensors "
                              "in place: gpu_source='snapshot' already snapshots every layer")
@@ -214,14 +219,15 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             self._join_group(group, rank, world_size, name)
         self._threads_given = threads  # 0: the defaults below, chosen again where reopened
         self.threads = threads or min(8, usable_cpus())
-        # A GPU source's writers each keep a piece crossing PCIe: 12 came closer to one
-        # pinned copy than 8 did, in saves and in training (docs/gpu.md, H200 2026-11-27).
-        self._gpu_threads = threads or min(12, usable_cpus())
+        self.gpu_hash = gpu_hash
+        self.gpu_source = gpu_source
+        # A GPU source's writers: 12 when they hash on the host (fewer fell behind PCIe,
+        # H200 2026-11-27), 4 when the GPU hashes (as fast, and they leave the CPU to
+        # the training: H200 2026-11-28; docs/gpu.md).
+        self._gpu_threads = threads or min(12 if self._hash_on_host() else 4, usable_cpus())
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
-        self.gpu_source = gpu_source
         self.gpu_snapshot_on_wait = gpu_snapshot_on_wait
-        self.gpu_hash = gpu_hash
         self._gpu_warned = False
         self._early_load = "auto"  # _start_early_copies: "auto", "always" (tests), "never"
         # the early copies verified where they land (_copies_checksums), not in the region

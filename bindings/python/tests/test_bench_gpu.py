@@ -18,8 +18,8 @@ from tap import Tap
 
 T = Tap()
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
-RATIOS = ("gpu_save_durable_vs_pinned_d2h", "gpu_save_durable_device_hash_vs_pinned_d2h",
-          "gpu_save_device_hash_vs_host_hash", "gpu_save_threads8_vs_default",
+RATIOS = ("gpu_save_durable_vs_pinned_d2h", "gpu_save_durable_host_hash_vs_pinned_d2h",
+          "gpu_save_default_vs_host_hash", "gpu_save_threads12_vs_default",
           "gpu_load_into_vs_pinned_h2d", "gpu_load_new_vs_pinned_h2d",
           "gpu_load_new_early_vs_after_verify", "gpu_stall_vs_dcp_async", "gpu_dcp_save_vs_store_save",
           "gpu_dcp_save_pmckpt_vs_filesystem", "gpu_dcp_save_cached_plan_vs_store_save",
@@ -80,6 +80,7 @@ TRAIN_CONFIGS = {"pm_every1": "train_tput_ckpt_every_step_vs_none",
                  "pmglqsnapk3_every1:rate35":
                      "train_tput_pmglqsnapk3_every1_rate35_vs_unpaced",
                  "pmglqsnap_every1:dh": "train_tput_pmglqsnap_every1_device_hash_vs_none",
+                 "pmglqsnap_every1:hh": "train_tput_pmglqsnap_every1_vs_host_hash",
                  "pm_every1:block": "train_tput_pm_every1_block_vs_spin"}
 
 

@@ -5,8 +5,8 @@ on the GPU with save_async and the optimizer hook; the stream contract
 (docs/gpu.md): save_async does not synchronise the device, tensors written
 on a side stream are saved with their new values, work queued later on the
 default stream does not hold a checkpoint up; DCP's StorageWriter with CUDA
-tensors; device hashing (PMCK_GPU_HASH=device) through the same tests, and
-Store(gpu_hash=);
+tensors; the writers hashing on the host (PMCK_GPU_HASH=host; the GPU hashes
+by default) through the same tests, and Store(gpu_hash=);
 snapshots on wait (Store(gpu_snapshot_on_wait=)) under every-step training;
 loads whose copies cross while the slot is verified; GradientLog's records
 replayed on the GPU.
@@ -31,7 +31,7 @@ if not pmckpt.gpu_available(0):
     raise SystemExit(0)
 D = T.tmpdir("pmck-py-gpu-")
 dev = torch.device("cuda", 0)
-SUFFIX = ""  # of the stores' names: "-dh" under device_hashing, so that each test has its own
+SUFFIX = ""  # of the stores' names: "-hh" under host_hashing, so that each test has its own
 T.diag(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {pmckpt.library_path}")
 
 
@@ -418,13 +418,14 @@ def test_partner_nccl():
         return f"recovery of node 1 from its partner failed:\n{text}"
 
 
-def device_hashing(fn, *args):
-    """fn(*args) with PMCK_GPU_HASH=device: the pipelines its stores make (at
-    their first save) have the GPU hash the sources (docs/gpu.md)."""
+def host_hashing(fn, *args):
+    """fn(*args) with PMCK_GPU_HASH=host: the pipelines its stores make (at their
+    first save) have the writers hash what lands, 12 of them, as before the GPU's
+    hashing became the default (docs/gpu.md)."""
     global SUFFIX
     before = os.environ.get("PMCK_GPU_HASH")
-    os.environ["PMCK_GPU_HASH"] = "device"
-    SUFFIX = "-dh"
+    os.environ["PMCK_GPU_HASH"] = "host"
+    SUFFIX = "-hh"
     try:
         return fn(*args)
     finally:
@@ -436,20 +437,24 @@ def device_hashing(fn, *args):
 
 
 def test_gpu_hash_option():
-    """Store(gpu_hash=): "device" has the GPU hash (the writers wait for its hashes:
-    writer_hash_wait_ns), "host" the writers; either way bit-exact, under
-    $PMCK_GPU_HASH unset."""
+    """Store(gpu_hash=): "device" (the default) has the GPU hash (the writers wait for
+    its hashes: writer_hash_wait_ns), with 4 writers; "host" the writers, 12 of them;
+    either way bit-exact, under $PMCK_GPU_HASH unset."""
     if os.environ.get("PMCK_GPU_HASH"):
         return "PMCK_GPU_HASH is set: it would decide instead of gpu_hash"
     st = gpu_state()
     want = clone(st)
-    for where in ("device", "host"):
-        with pmckpt.Store(name=f"gpu-hash-{where}", ramdisk=D, gpu_hash=where) as s:
+    cpus = pmckpt.store.usable_cpus()
+    for where, writers in ((None, 4), ("device", 4), ("host", 12)):
+        kw = {"gpu_hash": where} if where else {}
+        with pmckpt.Store(name=f"gpu-hash-{where}", ramdisk=D, **kw) as s:
             s.save(st, 1)
             s.save(st, 2)
             waited = s.stats()["pipeline"]["writer_hash_wait_ns"]
-            if (waited > 0) != (where == "device"):
+            if (waited > 0) != (where != "host"):
                 return f"gpu_hash={where!r}: the writers waited {waited} ns for the GPU's hashes"
+            if s._gpu_threads != min(writers, cpus):
+                return f"gpu_hash={where!r}: {s._gpu_threads} writers, not min({writers}, {cpus})"
             r = same(want, s.load())
             if r:
                 return f"gpu_hash={where!r}: {r}"
@@ -529,12 +534,12 @@ for src in SOURCES:
     T.run(f"CUDA state_dict through the GPU path ({src}): saved, loaded on the GPU and on the CPU",
           test_strategy, src)
 for src in ("direct", "kernel", "snapshot"):
-    T.run(f"device hashing, {src}: a CUDA state_dict saved, loaded on the GPU and on the CPU",
-          device_hashing, test_strategy, src)
-    T.run(f"device hashing, {src}: tensors written on a side stream, saved at once: the new "
-          "values", device_hashing, test_side_stream, src)
-T.run("Store(gpu_hash='device' | 'host'): hashed on the GPU or by the writers, as asked; "
-      "bit-exact", test_gpu_hash_option)
+    T.run(f"host hashing, {src}: a CUDA state_dict saved, loaded on the GPU and on the CPU",
+          host_hashing, test_strategy, src)
+    T.run(f"host hashing, {src}: tensors written on a side stream, saved at once: the new "
+          "values", host_hashing, test_side_stream, src)
+T.run("Store(gpu_hash=): by default and with 'device' hashed on the GPU, 4 writers; with "
+      "'host' by the 12 writers; bit-exact", test_gpu_hash_option)
 T.run("load(into=) CUDA tensors: copies overlapped with verification, bit-exact", test_early_load)
 T.run("load() into new CUDA tensors: copies overlapped with verification, bit-exact",
       test_early_load_made)
@@ -557,14 +562,14 @@ T.run("every step with hook_optimizer (stream-ordered waits): the newest checkpo
 for src in ("direct", "snapshot"):
     T.run(f"on_busy='queue', {src}: every step with hook_optimizer, saves begun by the "
           "store's thread: the newest checkpoints bit-exact", test_train_every_step, "queue", src)
-T.run("device hashing: every step with hook_optimizer (the waits order after the hash "
-      "kernel too): the newest checkpoints bit-exact", device_hashing, test_train_every_step)
+T.run("host hashing: every step with hook_optimizer: the newest checkpoints bit-exact",
+      host_hashing, test_train_every_step)
 for src, room in (("direct", True), ("direct", 5 << 20), ("kernel", True), ("staged", True)):
     T.run(f"snapshots on wait, {src}, {'room for all' if room is True else '5 MiB'}: every "
           "step with hook_optimizer, the hook snapshotting what one writer has not reached: "
           "the newest checkpoints bit-exact", test_train_every_step, "wait", src, room)
-T.run("snapshots on wait with device hashing and on_busy='queue': every step bit-exact",
-      device_hashing, test_train_every_step, "queue", "direct", True)
+T.run("snapshots on wait with host hashing and on_busy='queue': every step bit-exact",
+      host_hashing, test_train_every_step, "queue", "direct", True)
 for src, on_busy, side in (("direct", "wait", False), ("snapshot", "queue", False),
                            ("direct", "wait", True)):
     T.run(f"GradientLog every step, {src}, on_busy='{on_busy}'"

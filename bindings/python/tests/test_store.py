@@ -824,6 +824,8 @@ def test_pipeline_enomem_retry():
                 return _lib.ENOMEM
             opts._obj.source = _lib.SOURCE_HOST  # no GPU here: the host path stands in
             opts._obj.snapshot_on_wait = 0
+            for f in _lib.PIPELINE_GPU_HASH.values():  # host sources take no hashing flag
+                opts._obj.flags &= ~f
             return real.pmck_pipeline_new(store, opts, out)
 
     empty_cache = torch.cuda.empty_cache
@@ -1966,20 +1968,43 @@ def test_pm_path_created():
 def test_gpu_hash_option():
     """Store(gpu_hash=): a bad value refused by name; host tensors saved as ever (the
     library takes the hashing flags for GPU sources only); the flags a GPU pipeline of
-    the store would get (a GPU's own test: test_gpu.py)."""
+    the store would get, and its writers: 4 when the GPU hashes, 12 when they do (host
+    hashing, the staged source, $PMCK_GPU_HASH=host); a GPU's own test: test_gpu.py."""
     T.raises("gpu_hash='gpu': ValueError naming the choices", ValueError,
              lambda: pmckpt.Store(name="gh", ramdisk=D, gpu_hash="gpu"), match="'device'")
+    T.raises("gpu_hash=None: ValueError", ValueError,
+             lambda: pmckpt.Store(name="gh", ramdisk=D, gpu_hash=None), match="'host'")
+    cpus = pmckpt.store.usable_cpus()
     st = {"w": torch.randn(1000), "b": torch.arange(7)}
-    for where, flag in ((None, 0), ("host", 1 << 1), ("device", 1 << 2)):
-        with pmckpt.Store(name=f"gh-{where}", ramdisk=D, gpu_hash=where,
-                          verify_sources=True) as s:
+    cases = ((None, {}, 1 << 2, 4), ("host", {}, 1 << 1, 12), ("device", {}, 1 << 2, 4),
+             ("device", {"gpu_source": "staged"}, 1 << 2, 12),
+             ("device", {"PMCK_GPU_HASH": "host"}, 1 << 2, 12),
+             ("host", {"threads": 3}, 1 << 1, 3))
+    for where, extra, flag, writers in cases:
+        env = extra.get("PMCK_GPU_HASH")
+        kw = {k: v for k, v in extra.items() if k != "PMCK_GPU_HASH"}
+        if where is not None:
+            kw["gpu_hash"] = where
+        before = os.environ.pop("PMCK_GPU_HASH", None)
+        if env:
+            os.environ["PMCK_GPU_HASH"] = env
+        try:
+            s = pmckpt.Store(name="gh", ramdisk=D, verify_sources=True, **kw)
+        finally:
+            os.environ.pop("PMCK_GPU_HASH", None)
+            if before is not None:
+                os.environ["PMCK_GPU_HASH"] = before
+        with s:
             s.save(st, 1)
             r = same(st, s.load())
             if r:
-                return f"gpu_hash={where!r}: {r}"
+                return f"gpu_hash={where!r} {extra}: {r}"
             got = (s._pipeline_flags(_lib.SOURCE_HOST), s._pipeline_flags(_lib.SOURCE_GPU_DIRECT))
             if got != (_lib.PIPELINE_VERIFY_SOURCES, _lib.PIPELINE_VERIFY_SOURCES | flag):
-                return f"gpu_hash={where!r}: flags {got} for host and GPU sources"
+                return f"gpu_hash={where!r} {extra}: flags {got} for host and GPU sources"
+            if s._gpu_threads != min(writers, cpus if "threads" not in kw else writers):
+                return f"gpu_hash={where!r} {extra}: {s._gpu_threads} GPU writers, not {writers}"
+        s.destroy()
 
 
 def test_poll():
