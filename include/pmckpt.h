@@ -504,28 +504,29 @@ struct pmck_pipeline_opts {
 
 /*
  * pmck_pipeline_new -- starts the writer threads for store s (which must
- * outlive the pipeline; no other writer may use it meanwhile).  opts may
- * be NULL (host sources, 2 threads, wait when busy).  GPU sources register
- * the whole region with cudaHostRegister (Mapped|Portable).  They copy
- * in sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged);
- * the environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8)
- * sets another size, for tuning (docs/gpu.md).  Where the pieces are
- * hashed: PMCK_PIPELINE_GPU_HASH_* above.  A writer waiting for its copies polls (the CUDA runtime's
- * choice on a machine of many CPUs); PMCK_GPU_WAIT=block has it sleep until
- * they land instead (slower on the one H100 machine that compared them:
- * docs/gpu.md).  PMCK_GPU_RATE_GBPS (a whole number from 1 to 1000) paces
- * the copies out of the device, every GPU pipeline of the process together,
- * to about that many GB/s: each piece (8 MiB at most) waits for its turn
- * before it is enqueued; an experiment, unpaced by default (docs/gpu.md).
- * For tests, PMCK_TEST_COMMIT_DELAY_MS (0 to 10000) holds
- * each commit back that many milliseconds, so that checkpoints commit late.
- * Errors: -EINVAL (unknown flags, both hashing flags, a hashing flag with
- * host sources; also a bad PMCK_GPU_SUB_MIB, PMCK_GPU_HASH, PMCK_GPU_WAIT,
- * PMCK_GPU_RATE_GBPS or PMCK_TEST_COMMIT_DELAY_MS, named in the message),
- * -ENOMEM (host memory, or device or pinned memory from CUDA; for the snapshot strategy's or snapshot_on_wait's buffer the
- * message gives the bytes asked and free), -EAGAIN (threads), -ENODEV
- * (GPU path unavailable: built without CUDA, no driver or no device; the
- * message says which), -EIO from CUDA.
+ * outlive the pipeline; no other writer may use it meanwhile).  opts may be
+ * NULL (host sources, 2 threads, wait when busy).  GPU sources register the
+ * whole region with cudaHostRegister (Mapped|Portable).  They copy in
+ * sub-copies of 4 MiB (direct, snapshot) or 2 MiB (kernel, staged); the
+ * environment variable PMCK_GPU_SUB_MIB (a whole number from 1 to 8) sets
+ * another size, for tuning (docs/gpu.md).  Where the pieces are hashed:
+ * PMCK_PIPELINE_GPU_HASH_* above.  A writer waiting for its copies polls
+ * (the CUDA runtime's choice on a machine of many CPUs);
+ * PMCK_GPU_WAIT=block has it sleep until they land instead (slower on the
+ * one H100 machine that compared them: docs/gpu.md).  PMCK_GPU_RATE_GBPS (a
+ * whole number from 1 to 1000) paces the copies out of the device, every
+ * GPU pipeline of the process together, to about that many GB/s: each piece
+ * (8 MiB at most) waits for its turn before it is enqueued; an experiment,
+ * unpaced by default (docs/gpu.md).  For tests, PMCK_TEST_COMMIT_DELAY_MS (0
+ * to 10000) holds each commit back that many milliseconds, so that
+ * checkpoints commit late.  Errors: -EINVAL (unknown flags, both hashing
+ * flags, a hashing flag with host sources; also a bad PMCK_GPU_SUB_MIB,
+ * PMCK_GPU_HASH, PMCK_GPU_WAIT, PMCK_GPU_RATE_GBPS or
+ * PMCK_TEST_COMMIT_DELAY_MS, named in the message), -ENOMEM (host memory,
+ * or device or pinned memory from CUDA; for the snapshot strategy's or
+ * snapshot_on_wait's buffer the message gives the bytes asked and free),
+ * -EAGAIN (threads), -ENODEV (GPU path unavailable: built without CUDA, no
+ * driver or no device; the message says which), -EIO from CUDA.
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);

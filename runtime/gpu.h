@@ -144,13 +144,14 @@ int pmck__gpu_snapshot(struct pmck_gpu *g, unsigned event, size_t n, const uint6
 const char *pmck__gpu_snapshot_base(const struct pmck_gpu *g);
 
 /*
- * Device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE or $PMCK_GPU_HASH=device, pipeline.c): the XXH3-64 of each
- * hash chunk is computed on the GPU, from the source (G: from the
- * snapshot), by a few kernels per put, each over whole layers
- * (xxh3_long.h: a warp per chunk), instead of by a writer from the bytes
- * that landed.  The writers then only flush what lands.  A chunk goes to
- * the GPU if it takes XXH3's long path and starts 8-aligned; the writers
- * hash the others (a 4-byte tensor, a view at an odd offset) as before.
+ * Device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE or $PMCK_GPU_HASH=device,
+ * pipeline.c): the XXH3-64 of each hash chunk is computed on the GPU, from
+ * the source (G: from the snapshot), by a few kernels per put, each over
+ * whole layers (xxh3_long.h: a warp per chunk), instead of by a writer from
+ * the bytes that landed.  The writers then only flush what lands.  A chunk
+ * goes to the GPU if it takes XXH3's long path and starts 8-aligned; the
+ * writers hash the others (a 4-byte tensor, a view at an odd offset) as
+ * before.
  */
 static inline int
 pmck__gpu_hashable(const void *src, size_t len)

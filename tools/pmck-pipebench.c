@@ -12,8 +12,8 @@
  * through each strategy (--gpu-threads writers, default 12), against cudaMemcpy
  * D2H of each tensor into ordinary pinned memory; for context also against the
  * same bytes as one copy, and against the copies into the registered region;
- * D and G again with device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE) against the same
- * strategy hashing on the CPU.  Then what the CPU can hash: XXH3 of the slot
+ * D and G again with device hashing (PMCK_PIPELINE_GPU_HASH_DEVICE) against
+ * the same strategy hashing on the CPU.  Then what the CPU can hash: XXH3 of the slot
  * on the writers' thread count, and pmck_store_recover's verification; and
  * what the GPU can: pmck_gpu_hasher over the state in device memory (a
  * load's verification of its copies), against one pinned D2H copy.

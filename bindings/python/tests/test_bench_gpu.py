@@ -23,7 +23,7 @@ RATIOS = ("gpu_save_durable_vs_pinned_d2h", "gpu_save_durable_host_hash_vs_pinne
           "gpu_load_into_vs_pinned_h2d", "gpu_load_new_vs_pinned_h2d",
           "gpu_load_new_early_vs_after_verify", "gpu_stall_vs_dcp_async", "gpu_dcp_save_vs_store_save",
           "gpu_dcp_save_pmckpt_vs_filesystem", "gpu_dcp_save_cached_plan_vs_store_save",
-          "gpu_dcp_save_nested_vs_store_save",
+          "gpu_dcp_save_nested_vs_store_save", "gpu_dcp_save_vs_store_save_plus_dcp_own_work",
           "save_async_call_vs_without_memo",
           "load_into_call_vs_without_memo")
 
