@@ -119,7 +119,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     optimizer waits for that copy only, not for the state to cross PCIe.
     The pieces last in line go first; what does not fit is waited for as
     without it.  Reserved when the GPU pipeline is made, outside torch's
-    allocator.  Off by default (docs/gpu.md, "Snapshots on wait").
+    allocator.  Off by default (docs/gpu-sessions.md, "Snapshots on wait").
 
     gpu_hash: where the checksums of CUDA tensors' pieces are computed as
     they are saved.  "device" (the default): the GPU hashes the tensors, by
