@@ -38,6 +38,8 @@ done <<'LIST'
 --threads 0|from 1 to 1024
 --repeat 0|from 1 to 100
 --read-methods fast|valid: memcpy, checksum
+--gpu-hash gpu|valid: host, device
+--gpu-threads 0|from 1 to 64
 LIST
 nref=$i
 
@@ -147,8 +149,9 @@ ok(all(h.get(k) for k in ("cpu_model", "microcode", "kernel")) and
    "the JSON names CPU model, microcode, kernel, versions, command line, NUMA placement")
 ok(p.get("methods") == ["nt", "temporal"] and p.get("layouts") == ["separated", "interleaved"] and
    p.get("aligns") == ["align128", "align128+8"] and p.get("read_methods") == ["memcpy", "checksum"]
-   and p.get("repeat") == 2 and p.get("time_ms") == 5 and p.get("sizes") == [64, 4096, 65536],
-   "the JSON lists every parameter and the methods, layouts and aligns run")
+   and p.get("repeat") == 2 and p.get("time_ms") == 5 and p.get("sizes") == [64, 4096, 65536]
+   and p.get("gpu_hash") == ["host", "device"] and p.get("gpu_threads") == 0,
+   "the JSON lists every parameter and the methods, layouts, aligns and GPU hashings run")
 ok(all(k in j for k in ("host", "region", "params", "gpu")) and "measured" in j.get("gpu", {}),
    "the JSON describes host, region, parameters and the GPU path")
 ref = j.get("reference", {})

@@ -165,6 +165,9 @@ pmb_describe(const char *started)
 	json_object_object_add(o, "lat_sizes", size_list(&opt.lat_sizes));
 	json_object_object_add(o, "gpu", json_object_new_boolean(opt.gpu));
 	json_object_object_add(o, "gpu_sizes", size_list(&opt.gpu_sizes));
+	json_object_object_add(o, "gpu_hash", name_list(opt.gpu_hashes, opt.ngpu_hashes,
+			pmb_gpu_hash_names));
+	json_object_object_add(o, "gpu_threads", json_object_new_int((int)opt.gpu_threads));
 	json_object_object_add(o, "prewrite", json_object_new_boolean(opt.prewrite));
 	json_object_object_add(o, "overwrite", json_object_new_boolean(opt.overwrite));
 	json_object_object_add(o, "meta_record_bytes", json_object_new_int(META));

@@ -163,6 +163,10 @@ usage(FILE *f)
 		"  --lat-sizes LIST   item sizes of the write+persist latency percentiles, 8 .. 64K\n"
 		"                     (default 64,256,1K,4K)    --no-latency: none\n"
 		"  --gpu-sizes LIST   tensor sizes for the GPU strategies, 128 .. 1G (default 1M,16M)\n"
+		"  --gpu-hash LIST    where the GPU strategies' checksums are computed: host (the\n"
+		"                     writers), device (the GPU) (default host,device)\n"
+		"  --gpu-threads N    the GPU strategies' writers, 1 .. 64 (default: 12 hashing on\n"
+		"                     the host, 4 on the device, at most the CPUs)\n"
 		"  --full             the full sweep (minutes); later options override it\n"
 		"  --overwrite        run on a region that holds a pmckpt pool (destroys it)\n"
 		"  --no-prewrite      do not write the whole region before measuring (default: it is\n"
@@ -180,6 +184,7 @@ pmb_parse_args(int argc, char **argv)
 		{"methods", required_argument, NULL, 'm'}, {"layouts", required_argument, NULL, 'l'},
 		{"aligns", required_argument, NULL, 'a'}, {"read-methods", required_argument, NULL, 'R'},
 		{"time-ms", required_argument, NULL, 'T'}, {"gpu-sizes", required_argument, NULL, 'g'},
+		{"gpu-hash", required_argument, NULL, 'H'}, {"gpu-threads", required_argument, NULL, 'W'},
 		{"repeat", required_argument, NULL, 'P'}, {"lat-sizes", required_argument, NULL, 'L'},
 		{"no-latency", no_argument, NULL, '3'}, {"no-prewrite", no_argument, NULL, '4'},
 		{"full", no_argument, NULL, 'F'}, {"no-read", no_argument, NULL, '1'},
@@ -208,6 +213,7 @@ pmb_parse_args(int argc, char **argv)
 	opt.naligns = 2, opt.aligns[0] = (struct pmb_align){128, 0};
 	opt.aligns[1] = (struct pmb_align){128, 8};
 	opt.nrmethods = 2, opt.rmethods[0] = M_MEMCPY, opt.rmethods[1] = M_CHECKSUM;
+	opt.ngpu_hashes = 2, opt.gpu_hashes[0] = 0, opt.gpu_hashes[1] = 1;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'r': opt.region = optarg; break;
@@ -255,6 +261,15 @@ pmb_parse_args(int argc, char **argv)
 			opt.repeat = (unsigned)u;
 			break;
 		case 'g': parse_list("--gpu-sizes", optarg, &opt.gpu_sizes, 1, 128, 1u << 30); break;
+		case 'H':
+			opt.ngpu_hashes = parse_names("--gpu-hash", optarg, pmb_gpu_hash_names, 2,
+					opt.gpu_hashes);
+			break;
+		case 'W':
+			if (*optarg == '-' || *optarg == '+' || tool_parse_uint(optarg, 1, 64, &u))
+				dief("--gpu-threads", "'%s': expected a count from 1 to 64", optarg);
+			opt.gpu_threads = (unsigned)u;
+			break;
 		case 'L': parse_list("--lat-sizes", optarg, &opt.lat_sizes, 1, 8, 64u << 10); break;
 		case '3': opt.latency = 0; break;
 		case '4': opt.prewrite = 0; break;

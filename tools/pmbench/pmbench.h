@@ -50,6 +50,8 @@ struct pmb_opts {
 	size_t region_size;
 	struct pmb_list sizes, threads, nodes, gpu_sizes, lat_sizes;
 	int methods[2], nmethods, layouts[2], nlayouts, rmethods[2], nrmethods;
+	int gpu_hashes[2], ngpu_hashes; /* indexes of pmb_gpu_hash_names */
+	unsigned gpu_threads;           /* 0: per hashing, as the Python binding's Store */
 	struct pmb_align aligns[MAXV];
 	int naligns;
 	unsigned time_ms, repeat;
@@ -61,7 +63,7 @@ extern struct pmb_opts opt;
 
 /* One measured configuration: a row of the CSV. gbps is the median of the repeats. */
 struct row {
-	char op[8], path[8], method[16], layout[16], align[24];
+	char op[8], path[8], method[24], layout[16], align[24];
 	size_t size;
 	unsigned threads;
 	int node;
@@ -88,6 +90,7 @@ extern struct pma_region *region;
 extern char region_kind[16], granularity[16], region_ddio[16], region_ddio_port[16];
 extern int region_node;
 extern char gpu_reason[256], gpu_ddio[16], gpu_port[16];
+extern const char *const pmb_gpu_hash_names[2]; /* "host", "device" */
 extern int gpu_used;
 /* The machine limit measured in the same run (reference.c), GB/s; 0 when not measured. */
 extern double ref_memcpy_gbps, ref_nt_gbps;
