@@ -7,7 +7,8 @@
 #         wheel installed with pip install --no-index --no-deps beside the machine's torch, then
 #         python -m pmckpt --version and test_gpu.py against the installed package;
 # bench:  bench_gpu.py (make bench-gpu: save and load against pinned D2H/H2D, the stall
-#         against DCP's, bench_train.py at batch 8 and 32) and pmck-pipebench --gpu-only.
+#         against DCP's, bench_train.py at batch 8 and 32), pmck-pipebench --gpu-only, and
+#         pmbench's GPU rows (each strategy hashed on the host and on the GPU).
 # profile: only bench_train.py at batch 8 with --profile-call (where the checkpoint call's
 #         time goes on the training thread; GPU_KIT_PROFILE_CONFIGS, default
 #         pm_every10,pmsnap_every10), about a minute.
@@ -87,5 +88,14 @@ if [ "$what" != checks ]; then
 			$([ "$t" = default ] || echo "--gpu-threads $t") >"$f" 2>&1
 		echo "rc $?"; grep -E '^(bench|ratio):' "$f"
 	done
+	# pmbench's GPU rows (the wheel's own pmbench): each strategy hashed on the host and on
+	# the GPU, 16 MiB tensors, beside one small CPU configuration (about 10 s).
+	step "pmbench (the GPU strategies, both hashings)"
+	timeout 120 "$T/pmckpt/_native/pmbench" --region /dev/shm/pmck-kit-pmbench --size 2G \
+		--sizes 4M --methods nt --layouts separated --aligns 128 --no-read --no-latency \
+		--gpu-sizes 16M --time-ms 200 --out "$OUT/pmbench" >"$OUT/pmbench.txt" 2>&1
+	# method, size, writers, GB/s of each GPU row; or why there are none
+	echo "rc $?"; grep -h 'GPU path' "$OUT/pmbench.txt"; grep ',gpu,' "$OUT/pmbench.csv" | cut -d, -f3,6,7,16
+	rm -f /dev/shm/pmck-kit-pmbench
 fi
 step done
