@@ -484,8 +484,9 @@ struct pmck_pipeline_opts {
  * feels, and a save keeps up with PCIe only with about 12 writers.
  *
  * PMCK_PIPELINE_GPU_HASH_DEVICE: the GPU hashes the sources, by kernels
- * queued on the writers' streams after the layer's ready event; the writers
- * only wait, flush and drain.  What is hashed is what the copies read (the
+ * queued on streams of the library's own after the put's ready event (G:
+ * after its snapshot, which they hash); the writers only wait, flush and
+ * drain.  What is hashed is what the copies read (the
  * region's bytes are hashed by the next recovery that verifies them).  Its
  * cost is SM time beside the training's kernels.  With 4 writers it saved
  * as fast as 12 writers hashing on the host, and kept training at batch 8

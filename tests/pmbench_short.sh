@@ -150,7 +150,8 @@ ok(all(h.get(k) for k in ("cpu_model", "microcode", "kernel")) and
 ok(p.get("methods") == ["nt", "temporal"] and p.get("layouts") == ["separated", "interleaved"] and
    p.get("aligns") == ["align128", "align128+8"] and p.get("read_methods") == ["memcpy", "checksum"]
    and p.get("repeat") == 2 and p.get("time_ms") == 5 and p.get("sizes") == [64, 4096, 65536]
-   and p.get("gpu_hash") == ["host", "device"] and p.get("gpu_threads") == 0,
+   and p.get("gpu_hash") == ["host", "device"] and p.get("gpu_threads") == 0
+   and "gpu_hash_env" in p,
    "the JSON lists every parameter and the methods, layouts, aligns and GPU hashings run")
 ok(all(k in j for k in ("host", "region", "params", "gpu")) and "measured" in j.get("gpu", {}),
    "the JSON describes host, region, parameters and the GPU path")

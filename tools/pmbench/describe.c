@@ -7,6 +7,7 @@
  */
 #include <numa.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -168,6 +169,10 @@ pmb_describe(const char *started)
 	json_object_object_add(o, "gpu_hash", name_list(opt.gpu_hashes, opt.ngpu_hashes,
 			pmb_gpu_hash_names));
 	json_object_object_add(o, "gpu_threads", json_object_new_int((int)opt.gpu_threads));
+	/* $PMCK_GPU_HASH overrides gpu_hash in the library (gpu.c runs only its hashing) */
+	const char *hash_env = getenv("PMCK_GPU_HASH");
+	json_object_object_add(o, "gpu_hash_env", hash_env && *hash_env ?
+			json_object_new_string(hash_env) : NULL);
 	json_object_object_add(o, "prewrite", json_object_new_boolean(opt.prewrite));
 	json_object_object_add(o, "overwrite", json_object_new_boolean(opt.overwrite));
 	json_object_object_add(o, "meta_record_bytes", json_object_new_int(META));

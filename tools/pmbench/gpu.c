@@ -3,6 +3,7 @@
  * gpu.c -- checkpoints from GPU memory through each pmck_pipeline strategy
  * (with CUDA and a GPU), and the DDIO state of the root ports involved.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,10 @@ pmb_run_gpu(void)
 		{PMCK_SOURCE_GPU_DIRECT, "direct"}, {PMCK_SOURCE_GPU_KERNEL, "kernel"},
 		{PMCK_SOURCE_GPU_STAGED, "staged"}, {PMCK_SOURCE_GPU_SNAPSHOT, "snapshot"},
 	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+	/* the CPUs this process may run on (a cpuset, a launcher's binding), as the binding's */
+	long cpus = sched_getaffinity(0, sizeof(set), &set) ? sysconf(_SC_NPROCESSORS_ONLN) :
+			CPU_COUNT(&set);
 	struct pma_pool *pool;
 	char why[512] = "";
 	int dev = 0;
@@ -78,6 +82,27 @@ pmb_run_gpu(void)
 	if (pmck_gpu_available(0)) {
 		snprintf(gpu_reason, sizeof(gpu_reason), "%s", pmck_errormsg());
 		return;
+	}
+	/*
+	 * The runs: each strategy hashed where --gpu-hash says
+	 * (PMCK_PIPELINE_GPU_HASH_*), with the Python binding's writer counts for
+	 * each: 12 hashing on the host, 4 when the GPU hashes (docs/gpu.md).  C
+	 * hashes in its copy on the host either way: run with the host's only.
+	 * $PMCK_GPU_HASH overrides the flags in the library: then only its
+	 * hashing runs, so that no row is named for the other.
+	 */
+	struct gpu_run { size_t k; int device; } runs[8];
+	int nruns = 0;
+	const char *env = getenv("PMCK_GPU_HASH");
+	if (env && *env && !opt.quiet)
+		printf("# PMCK_GPU_HASH=%s overrides --gpu-hash: only that hashing runs\n", env);
+	for (int hi = 0; hi < opt.ngpu_hashes; hi++) {
+		int device = opt.gpu_hashes[hi] == 1;
+		if (env && *env && device != !strcmp(env, "device"))
+			continue;
+		for (size_t k = 0; k < sizeof(strat) / sizeof(strat[0]); k++)
+			if (!device || strat[k].src != PMCK_SOURCE_GPU_STAGED)
+				runs[nruns++] = (struct gpu_run){k, device};
 	}
 	ddio_of(find_cuda, &dev, gpu_ddio, gpu_port, why, sizeof(why));
 	if (!opt.quiet && why[0])
@@ -115,17 +140,9 @@ pmb_run_gpu(void)
 			die("cudaMalloc", "failed");
 		for (size_t i = 0; i < n; i++)
 			srcs[i] = dbuf + i * size;
-		for (int hi = 0; hi < opt.ngpu_hashes; hi++)
-		for (size_t k = 0; k < sizeof(strat) / sizeof(strat[0]); k++) {
-			/*
-			 * Where the checksums are computed (PMCK_PIPELINE_GPU_HASH_*), with
-			 * the Python binding's writer counts for each: 12 hashing on the
-			 * host, 4 when the GPU hashes (docs/gpu.md).  C hashes in its copy
-			 * on the host either way: measured once, with the host's.
-			 */
-			int device = opt.gpu_hashes[hi] == 1;
-			if (device && strat[k].src == PMCK_SOURCE_GPU_STAGED)
-				continue;
+		for (int ri = 0; ri < nruns; ri++) {
+			size_t k = runs[ri].k;
+			int device = runs[ri].device;
 			unsigned want = opt.gpu_threads ? opt.gpu_threads : device ? 4 : 12;
 			unsigned gthreads = !opt.gpu_threads && cpus < (long)want ? (unsigned)cpus : want;
 			struct pmck_pipeline *p;

@@ -409,6 +409,9 @@ def main():
             return 0
         print(f"# {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
               f"{pmckpt.library_path}")
+    if os.environ.get("PMCK_GPU_HASH"):
+        print(f"# PMCK_GPU_HASH={os.environ['PMCK_GPU_HASH']} is set: it decides every store's "
+              "hashing, so gpu_save_default_vs_host_hash compares one hashing with itself")
     st = state(a.mb, dev)
     nbytes = sum(t.numel() * t.element_size() for t in st.values())
     pin = dev.type == "cuda"

@@ -783,6 +783,14 @@ def config_suffixes(cfg):
             raise SystemExit(f"bench_train: unknown suffix :{x} of configuration {cfg} "
                              f"(:tN with N > 0, :rateN with N from 1 to 1000, "
                              f"{', '.join(':' + k for k in {**SUFFIX_ENV, **SUFFIX_STORE})})")
+    base = cfg.removeprefix("mr_")
+    if store_kw and (not base.startswith("pm") or base.startswith(("pmdh", "pmqsnapdh"))
+                     or "PMCK_GPU_HASH" in env):
+        # $PMCK_GPU_HASH (:dh, pmdh) overrides Store(gpu_hash=); the others make no store
+        raise SystemExit(f"bench_train: :hh does not apply to {cfg}"
+                         f"{':dh' if 'PMCK_GPU_HASH' in env else ''} (pmckpt stores only, "
+                         "not with :dh, pmdh or pmqsnapdh, whose PMCK_GPU_HASH=device "
+                         "overrides it)")
     return cfg, tt, env, store_kw
 
 

@@ -781,10 +781,18 @@ class _Pipeline:
 
     def _hash_on_host(self):
         """Whether the writers of a CUDA state hash on the host: gpu_hash "host" (or
-        $PMCK_GPU_HASH=host, which the library obeys over gpu_hash), or the staged source,
-        which hashes in its copy."""
+        $PMCK_GPU_HASH=host, which the library obeys over gpu_hash, read as it does when
+        the pipeline is made), or the staged source, which hashes in its copy."""
         where = os.environ.get("PMCK_GPU_HASH") or self.gpu_hash
         return where == "host" or self.gpu_source == "staged"
+
+    @property
+    def _gpu_threads(self):
+        """The writers of a pipeline of CUDA tensors made now: threads=, else 12 when they
+        hash on the host (fewer fell behind PCIe, H200 2026-11-27) and 4 when the GPU
+        hashes (as fast, and they leave the CPU to the training: H200 2026-11-28;
+        docs/gpu.md), at most the CPUs the store was made on."""
+        return self._threads_given or min(12 if self._hash_on_host() else 4, self._cpus)
 
     def _ensure_pipeline(self, source, device):
         want = (source, device)
@@ -804,6 +812,20 @@ class _Pipeline:
                                  None, self._snapshot_on_wait_bytes(source))
         before = _tasks()
         rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+        hash_flags = _lib.PIPELINE_GPU_HASH["host"] | _lib.PIPELINE_GPU_HASH["device"]
+        if rc == _lib.EINVAL and opts.flags & hash_flags and \
+                "unknown pipeline flags" in (_lib.errormsg() or ""):
+            # A libpmckpt older than the hashing flags (2026-11-28): it hashes on the host
+            # (unless $PMCK_GPU_HASH says otherwise), so with the host's writer count.
+            opts.flags &= ~hash_flags
+            threads = opts.threads = self._threads_given or min(12, self._cpus)
+            rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+            if rc == 0:
+                warnings.warn(GpuPathWarning(
+                    f"store '{self.name}': {_lib.path} predates Store(gpu_hash=): "
+                    f"gpu_hash={self.gpu_hash!r} is not applied (it hashes as that library "
+                    f"does, on the host unless PMCK_GPU_HASH=device), with {threads} "
+                    "writers"), stacklevel=5)
         need = self._snapshot_bytes(source)
         if rc == _lib.ENOMEM and _cache_could_cover(need, device):
             # Device memory for snapshots that torch's caching allocator holds unused:

@@ -123,7 +123,7 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     gpu_hash: where the checksums of CUDA tensors' pieces are computed as
     they are saved.  "device" (the default): the GPU hashes the tensors, by
-    kernels on the writers' streams, and the writers only wait and flush.
+    kernels on streams of the library's own, and the writers only wait and flush.
     "host": each writer hashes what landed in the store, CPU time per byte
     that the training thread feels.  The writers of a CUDA state number
     min(4, CPUs) with "device", min(12, CPUs) with "host" or
@@ -163,8 +163,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
             raise ValueError("gpu_snapshot_on_wait is True (room for the whole state), False, "
                              "or a number of bytes of device memory")
         if gpu_hash not in ("host", "device"):
-            raise ValueError("gpu_hash must be 'device' (the GPU hashes the tensors, the "
-                             "default) or 'host' (the writers hash what lands)")
+            raise ValueError(f"gpu_hash must be 'device' (the GPU hashes the tensors, the "
+                             f"default) or 'host' (the writers hash what lands), not "
+                             f"{gpu_hash!r}")
         if gpu_snapshot_on_wait and gpu_source == "snapshot":
             raise ValueError("gpu_snapshot_on_wait is for the strategies that read the tensors "
                              "in place: gpu_source='snapshot' already snapshots every layer")
@@ -218,13 +219,10 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
         if group is not None and group is not False:
             self._join_group(group, rank, world_size, name)
         self._threads_given = threads  # 0: the defaults below, chosen again where reopened
-        self.threads = threads or min(8, usable_cpus())
+        self._cpus = usable_cpus()
+        self.threads = threads or min(8, self._cpus)
         self.gpu_hash = gpu_hash
         self.gpu_source = gpu_source
-        # A GPU source's writers: 12 when they hash on the host (fewer fell behind PCIe,
-        # H200 2026-11-27), 4 when the GPU hashes (as fast, and they leave the CPU to
-        # the training: H200 2026-11-28; docs/gpu.md).
-        self._gpu_threads = threads or min(12 if self._hash_on_host() else 4, usable_cpus())
         self.meta_capacity = meta_capacity
         self.on_busy = on_busy
         self.gpu_snapshot_on_wait = gpu_snapshot_on_wait

@@ -118,17 +118,22 @@ def test_train_dry_run():
 
 def test_train_suffix_typo():
     """bench_train.py refuses a configuration's unknown suffix before running any (a
-    pace out of range too)."""
-    for typo in ("sub9", "rate1001"):
+    pace out of range too), and :hh where it would not apply (no store; under
+    PMCK_GPU_HASH=device, which overrides it)."""
+    cases = [(f"pm_every1:{t}", f"unknown suffix :{t} of configuration pm_every1")
+             for t in ("sub9", "rate1001")]
+    cases += [(c, f":hh does not apply to {w}") for c, w in (
+        ("dcp_every1:hh", "dcp_every1"), ("pm_every1:dh:hh", "pm_every1:dh"),
+        ("pmdh_every1:hh", "pmdh_every1"))]
+    for cfg, want in cases:
         p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--device",
                             "cpu", "--ranks", "0", "--steps", "2", "--warmup", "1", "--reps",
-                            "1", "--configs", f"none,pm_every1:{typo}"],
+                            "1", "--configs", f"none,{cfg}"],
                            capture_output=True, text=True, timeout=600)
-        if p.returncode == 0 or \
-                f"unknown suffix :{typo} of configuration pm_every1" not in p.stderr:
-            return f":{typo}: rc {p.returncode}: {p.stderr[-2000:]}"
+        if p.returncode == 0 or want not in p.stderr:
+            return f"{cfg}: rc {p.returncode}: {p.stderr[-2000:]}"
         if "rep 0" in p.stdout:
-            return f":{typo}: a configuration ran before the typo was refused:\n{p.stdout}"
+            return f"{cfg}: a configuration ran before it was refused:\n{p.stdout}"
 
 
 def test_call_ab():
@@ -167,6 +172,6 @@ T.run("bench_gpu.py --device cpu: a dry run prints every ratio line", test_dry_r
 T.run("bench_train.py --device cpu, the next GPU session's configurations: cost and ratio "
       "lines", test_train_dry_run)
 T.run("bench_call_ab.py, an A/A run: both versions' calls and their ratio", test_call_ab)
-T.run("bench_train.py refuses an unknown configuration suffix before running any",
-      test_train_suffix_typo)
+T.run("bench_train.py refuses an unknown configuration suffix, and :hh where it does not "
+      "apply, before running any", test_train_suffix_typo)
 T.done()

@@ -802,6 +802,68 @@ def test_pack_host():
         return "a source copied to the path's device changed"
 
 
+def test_old_library_hash_flags():
+    """A libpmckpt older than the hashing flags refuses them ("unknown pipeline flags"):
+    the GPU pipeline is made without them, with the host's writer count (12, at most the
+    CPUs), and a GpuPathWarning says so; any other refusal is raised as before."""
+    from pmckpt import _pipeline
+    real = _pipeline.lib
+    seen = []
+
+    class Lib:  # the library, as one that predates PMCK_PIPELINE_GPU_HASH_*
+        def __init__(self, other_error=False):
+            self.other_error = other_error
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def pmck_pipeline_new(self, store, opts, out):
+            o = opts._obj
+            seen.append((o.flags, o.threads))
+            if self.other_error:  # the real library's refusal of something else
+                o.threads, keep = 1000, o.threads
+                rc = real.pmck_pipeline_new(store, opts, out)
+                o.threads = keep
+                return rc
+            if o.flags & 6:  # the real library's own refusal of a flag it does not know
+                o.flags, keep = (1 << 7), o.flags
+                rc = real.pmck_pipeline_new(store, opts, out)
+                o.flags = keep
+                return rc
+            o.source = _lib.SOURCE_HOST  # no GPU here: the host path stands in
+            o.snapshot_on_wait = 0
+            return real.pmck_pipeline_new(store, opts, out)
+
+    with pmckpt.Store(name="oldlib", ramdisk=D) as s:
+        s.save({"w": torch.arange(10.0)}, 1)
+        s._delete_pipeline()
+        s._cpus = 64  # the writer counts as on a large host
+        _pipeline.lib = Lib()
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+        finally:
+            _pipeline.lib = real
+        said = [str(x.message) for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+        if seen != [(_lib.PIPELINE_GPU_HASH["device"], 4), (0, 12)] or not s._pipe or \
+                len(said) != 1 or "predates Store(gpu_hash=)" not in said[0] or \
+                "12 writers" not in said[0]:
+            return f"calls (flags, writers) {seen}, pipeline {bool(s._pipe)}, warned {said}"
+        s._delete_pipeline()
+        seen.clear()
+        _pipeline.lib = Lib(other_error=True)
+        try:
+            s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+            return "another refusal was not raised"
+        except pmckpt.Error as e:
+            T.diag(f"another refusal: {e}")
+        finally:
+            _pipeline.lib = real
+        if len(seen) != 1 or s._pipe:
+            return f"another refusal: calls {seen}, pipeline {bool(s._pipe)}"
+
+
 def test_pipeline_enomem_retry():
     """A GPU pipeline whose device memory (a snapshot) cannot be had is made once
     more after torch's caching allocator gave back what it held unused, with a
@@ -1586,7 +1648,7 @@ def test_threads_follow_affinity():
             os.environ["PMCKPT_COPY_THREADS"] = env
     if one != (1, 1, 1):
         return f"bound to one CPU: {one} threads (writers, GPU writers, copies), wanted 1 each"
-    want = (min(8, len(mask)), min(12, len(mask)), min(8, len(mask)))
+    want = (min(8, len(mask)), min(4, len(mask)), min(8, len(mask)))
     if every != want:
         return f"{len(mask)} CPUs: {every} threads (writers, GPU writers, copies), wanted {want}"
 
@@ -1974,11 +2036,12 @@ def test_gpu_hash_option():
              lambda: pmckpt.Store(name="gh", ramdisk=D, gpu_hash="gpu"), match="'device'")
     T.raises("gpu_hash=None: ValueError", ValueError,
              lambda: pmckpt.Store(name="gh", ramdisk=D, gpu_hash=None), match="'host'")
-    cpus = pmckpt.store.usable_cpus()
     st = {"w": torch.randn(1000), "b": torch.arange(7)}
+    # (gpu_hash, other arguments and $PMCK_GPU_HASH, its flag, GPU writers on 64 CPUs)
     cases = ((None, {}, 1 << 2, 4), ("host", {}, 1 << 1, 12), ("device", {}, 1 << 2, 4),
              ("device", {"gpu_source": "staged"}, 1 << 2, 12),
              ("device", {"PMCK_GPU_HASH": "host"}, 1 << 2, 12),
+             ("host", {"PMCK_GPU_HASH": "device"}, 1 << 1, 4),
              ("host", {"threads": 3}, 1 << 1, 3))
     for where, extra, flag, writers in cases:
         env = extra.get("PMCK_GPU_HASH")
@@ -1990,6 +2053,8 @@ def test_gpu_hash_option():
             os.environ["PMCK_GPU_HASH"] = env
         try:
             s = pmckpt.Store(name="gh", ramdisk=D, verify_sources=True, **kw)
+            s._cpus = 64  # as on a large host: the counts below are not capped by this one's
+            gpu_writers = s._gpu_threads  # read as the pipeline is made: under the variable
         finally:
             os.environ.pop("PMCK_GPU_HASH", None)
             if before is not None:
@@ -2002,8 +2067,8 @@ def test_gpu_hash_option():
             got = (s._pipeline_flags(_lib.SOURCE_HOST), s._pipeline_flags(_lib.SOURCE_GPU_DIRECT))
             if got != (_lib.PIPELINE_VERIFY_SOURCES, _lib.PIPELINE_VERIFY_SOURCES | flag):
                 return f"gpu_hash={where!r} {extra}: flags {got} for host and GPU sources"
-            if s._gpu_threads != min(writers, cpus if "threads" not in kw else writers):
-                return f"gpu_hash={where!r} {extra}: {s._gpu_threads} GPU writers, not {writers}"
+            if gpu_writers != writers:
+                return f"gpu_hash={where!r} {extra}: {gpu_writers} GPU writers, not {writers}"
         s.destroy()
 
 
@@ -2139,6 +2204,8 @@ T.run("writer_policy='idle': writer threads SCHED_IDLE, checkpoints equal the sa
 T.run("wait_layer by tensor name, module prefix and layer number", test_wait_layer_names)
 T.run("a CUDA state's host tensors are packed into one buffer, each at its aligned offset; "
       "those on another device copied to the path's", test_pack_host)
+T.run("a library that predates the hashing flags: the GPU pipeline made without them, 12 "
+      "writers, a GpuPathWarning", test_old_library_hash_flags)
 T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied, "
       "with a GpuMemoryWarning", test_pipeline_enomem_retry)
 T.run("an optimizer waits only for its own parameters' layers (an optimizer's own counter in "
