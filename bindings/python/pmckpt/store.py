@@ -123,9 +123,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
 
     gpu_hash: where the checksums of CUDA tensors' pieces are computed as
     they are saved.  "device" (the default): the GPU hashes the tensors, by
-    kernels on streams of the library's own, and the writers only wait and flush.
-    "host": each writer hashes what landed in the store, CPU time per byte
-    that the training thread feels.  The writers of a CUDA state number
+    kernels on streams of the library's own, and the writers only wait and
+    flush.  "host": each writer hashes what landed in the store, CPU time
+    per byte that the training thread feels.  The writers of a CUDA state number
     min(4, CPUs) with "device", min(12, CPUs) with "host" or
     gpu_source="staged" (which hashes in its copy on the host): about 12
     hashing writers keep up with PCIe.  On an H200 (docs/gpu.md) "device"
