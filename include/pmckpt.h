@@ -492,7 +492,9 @@ struct pmck_pipeline_opts {
  * as fast as 12 writers hashing on the host, and kept training at batch 8
  * at 0.92 of no checkpoints against 0.62 (the H200, docs/gpu.md).  The
  * staged source (C) keeps hashing in its fused copy on the host, which
- * reads the bytes anyway.
+ * reads the bytes anyway.  The kernels are built for sm_90 and later: on
+ * an older GPU, where the DMA copies still work, pmck_pipeline_new
+ * refuses it (-ENOTSUP).
  *
  * Both flags: -EINVAL; either with host sources: -EINVAL.  The environment
  * variable PMCK_GPU_HASH ("host" or "device"), when set, overrides both,
@@ -527,7 +529,8 @@ struct pmck_pipeline_opts {
  * or device or pinned memory from CUDA; for the snapshot strategy's or
  * snapshot_on_wait's buffer the message gives the bytes asked and free),
  * -EAGAIN (threads), -ENODEV (GPU path unavailable: built without CUDA, no
- * driver or no device; the message says which), -EIO from CUDA.
+ * driver or no device; the message says which), -ENOTSUP (hashing on a GPU
+ * this build has no kernel code for: before sm_90), -EIO from CUDA.
  */
 int pmck_pipeline_new(struct pmck_store *s, const struct pmck_pipeline_opts *opts,
 		struct pmck_pipeline **out);

@@ -512,6 +512,25 @@ extern "C" int
 pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
 {
 	DEVICE_SCOPE(g);
+	/*
+	 * Without the kernel's code for this device (a GPU before sm_90, which
+	 * preload_kernels lets the DMA copies run on), every hash would fail at
+	 * its launch, and so every checkpoint: refused now, by name.
+	 */
+	cudaFuncAttributes attr;
+	cudaError_t e = cudaFuncGetAttributes(&attr, pmck__gpu_hash_kernel());
+	if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+		int major = 0, minor = 0;
+		(void)cudaGetLastError();
+		(void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->device);
+		(void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->device);
+		return pmck__err(-ENOTSUP, "hashing on the GPU: this build has no code for CUDA "
+				"device %d (compute capability %d.%d; built for 9.0 and later): "
+				"PMCK_PIPELINE_GPU_HASH_HOST hashes on the host", g->device, major,
+				minor);
+	}
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaFuncGetAttributes (the hash kernel)");
 	g->nhash = nchunks ? nchunks : 1;
 	CUDA_TRY(cudaHostAlloc((void **)&g->hash_list, g->nhash * sizeof(*g->hash_list),
 			cudaHostAllocMapped | cudaHostAllocPortable));

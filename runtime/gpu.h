@@ -163,6 +163,8 @@ pmck__gpu_hashable(const void *src, size_t len)
  * Makes room for device hashing: nchunks results (slot = the store's chunk
  * index), the chunk lists, and a hashed event per layer (nlayers: a
  * kernel is named by its first layer).  Once, after pmck__gpu_open.
+ * -ENOTSUP if this build has no code of the hash kernel for the device
+ * (a GPU before sm_90), where the copies by DMA still work.
  */
 int pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers);
 

@@ -105,6 +105,7 @@ struct pmck_gpu {
 static atomic_ulong gpu_hashed; /* chunks the stand-in hashed "on the GPU" */
 static atomic_ulong hash_kernels; /* pmck__gpu_hash calls: kernels launched */
 static atomic_ulong caller_done_waits; /* jobs' done events callers' streams waited for */
+static atomic_int no_hash_kernel; /* as a GPU before sm_90: the hash kernel has no code */
 /* While set (under the gpu's lock), a writer's hash_wait holds until its hashes have run. */
 static int hold_hashes;
 static struct pmck_gpu *open_gpu; /* the last one opened, while it is open */
@@ -442,6 +443,10 @@ int
 pmck__gpu_hash_open(struct pmck_gpu *g, size_t nchunks, unsigned nlayers)
 {
 	(void)nlayers;
+	if (atomic_load(&no_hash_kernel))
+		return pmck__err(-ENOTSUP, "hashing on the GPU: this build has no code for CUDA "
+				"device %d (compute capability 8.0; built for 9.0 and later): "
+				"PMCK_PIPELINE_GPU_HASH_HOST hashes on the host", 0);
 	g->nhash = nchunks ? nchunks : 1;
 	g->hash_list = calloc(g->nhash, sizeof(*g->hash_list));
 	g->hash_results = calloc(g->nhash, sizeof(*g->hash_results));
@@ -1068,6 +1073,30 @@ test_hash_flags(const char *path, uint64_t *step)
 		pmck_pipeline_delete(&p);
 	}
 	unsetenv("PMCK_GPU_HASH");
+
+	/*
+	 * A GPU this build has no kernel code for: hashing there is refused at
+	 * the pipeline's making (not at every checkpoint's first hash), saying
+	 * what to ask instead; the host's hashing works on it.
+	 */
+	atomic_store(&no_hash_kernel, 1);
+	struct pmck_pipeline_opts od = {.threads = 2, .source = PMCK_SOURCE_GPU_DIRECT,
+			.flags = PMCK_PIPELINE_GPU_HASH_DEVICE};
+	int ret = pmck_pipeline_new(s, &od, &p);
+	ok(ret == -ENOTSUP && !p && strstr(pmck_errormsg(), "no code for CUDA device") &&
+			strstr(pmck_errormsg(), "PMCK_PIPELINE_GPU_HASH_HOST"), "a GPU without the "
+			"hash kernel's code: hashing there refused when the pipeline is made: %s",
+			pmck_errormsg());
+	pmck_pipeline_delete(&p);
+	od.flags = PMCK_PIPELINE_GPU_HASH_HOST;
+	ret = pmck_pipeline_new(s, &od, &p);
+	fill(++*step);
+	if (!ret)
+		ret = checkpoint(p, *step, 0);
+	ok(!ret && exact(s, *step), "the same GPU, hashing on the host: bit-exact %s",
+			ret ? pmck_errormsg() : "");
+	pmck_pipeline_delete(&p);
+	atomic_store(&no_hash_kernel, 0);
 	close_store(&r, &pool, &s);
 }
 

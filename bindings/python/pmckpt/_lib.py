@@ -407,3 +407,4 @@ def strerror(rc):
 ENOENT = -_errno.ENOENT
 EINVAL = -_errno.EINVAL
 ENOMEM = -_errno.ENOMEM
+ENOTSUP = -_errno.ENOTSUP

@@ -826,6 +826,17 @@ class _Pipeline:
                     f"gpu_hash={self.gpu_hash!r} is not applied (it hashes as that library "
                     f"does, on the host unless PMCK_GPU_HASH=device), with {threads} "
                     "writers"), stacklevel=5)
+        if rc == _lib.ENOTSUP and opts.flags & _lib.PIPELINE_GPU_HASH["device"]:
+            # A GPU this build has no kernel code for (before sm_90): its DMA copies work,
+            # the hashing is the writers', with their count for it.
+            why = _lib.errormsg()
+            opts.flags = (opts.flags & ~hash_flags) | _lib.PIPELINE_GPU_HASH["host"]
+            threads = opts.threads = self._threads_given or min(12, self._cpus)
+            rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
+            if rc == 0:
+                warnings.warn(GpuPathWarning(
+                    f"store '{self.name}': {why}; the {threads} writers hash on the host "
+                    "instead (gpu_hash='host')"), stacklevel=5)
         need = self._snapshot_bytes(source)
         if rc == _lib.ENOMEM and _cache_could_cover(need, device):
             # Device memory for snapshots that torch's caching allocator holds unused:

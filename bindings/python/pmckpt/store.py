@@ -135,7 +135,9 @@ class Store(_Backend, _Pipeline, _Recovery, _MultiRank):
     writers' hashing and spinning took the CPU from the training thread.
     $PMCK_GPU_HASH ("host" or "device"), when set, overrides it, the writer
     count included.  threads= sets the count for every source.  Host tensors
-    are hashed by the writers' copies either way.
+    are hashed by the writers' copies either way.  On a GPU the library has
+    no kernel code for (before sm_90, where its DMA copies still work) the
+    writers hash on the host, 12 of them, and a GpuPathWarning says so.
 
     verify_sources: after each layer is written, its tensors are hashed
     again and compared with what was written; a tensor changed meanwhile

@@ -864,6 +864,49 @@ def test_old_library_hash_flags():
             return f"another refusal: calls {seen}, pipeline {bool(s._pipe)}"
 
 
+def test_gpu_without_hash_kernel():
+    """A GPU this build has no kernel code for (before sm_90): the library refuses the
+    GPU's hashing (-ENOTSUP), and the store makes the pipeline with the host's hashing
+    and its writer count (12), with a GpuPathWarning; gpu_hash='host' asks for that at
+    once."""
+    from pmckpt import _pipeline
+    real = _pipeline.lib
+    seen = []
+
+    class Lib:  # the library on such a GPU; the host path stands in for its copies
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def pmck_pipeline_new(self, store, opts, out):
+            o = opts._obj
+            seen.append((o.flags, o.threads))
+            if o.flags & _lib.PIPELINE_GPU_HASH["device"]:
+                return _lib.ENOTSUP
+            o.source, o.snapshot_on_wait = _lib.SOURCE_HOST, 0
+            o.flags &= ~_lib.PIPELINE_GPU_HASH["host"]
+            return real.pmck_pipeline_new(store, opts, out)
+
+    for where, want in (("device", [(1 << 2, 4), (1 << 1, 12)]), ("host", [(1 << 1, 12)])):
+        seen.clear()
+        with pmckpt.Store(name=f"nokernel-{where}", ramdisk=D, gpu_hash=where) as s:
+            s.save({"w": torch.arange(10.0)}, 1)  # the store made, by a host pipeline
+            s._delete_pipeline()
+            s._cpus = 64
+            _pipeline.lib = Lib()
+            try:
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+            finally:
+                _pipeline.lib = real
+            said = [str(x.message) for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+            if seen != want or not s._pipe or len(said) != (where == "device") or \
+                    (said and "12 writers hash on the host" not in said[0]):
+                return f"gpu_hash={where!r}: calls (flags, writers) {seen}, pipeline " \
+                    f"{bool(s._pipe)}, warned {said}"
+            s._delete_pipeline()
+
+
 def test_pipeline_enomem_retry():
     """A GPU pipeline whose device memory (a snapshot) cannot be had is made once
     more after torch's caching allocator gave back what it held unused, with a
@@ -2206,6 +2249,8 @@ T.run("a CUDA state's host tensors are packed into one buffer, each at its align
       "those on another device copied to the path's", test_pack_host)
 T.run("a library that predates the hashing flags: the GPU pipeline made without them, 12 "
       "writers, a GpuPathWarning", test_old_library_hash_flags)
+T.run("a GPU without the hash kernel's code: the pipeline made with the host's hashing and 12 "
+      "writers, a GpuPathWarning", test_gpu_without_hash_kernel)
 T.run("a GPU pipeline out of device memory is tried once more after torch's cache is emptied, "
       "with a GpuMemoryWarning", test_pipeline_enomem_retry)
 T.run("an optimizer waits only for its own parameters' layers (an optimizer's own counter in "
