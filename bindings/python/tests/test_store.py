@@ -802,6 +802,24 @@ def test_pack_host():
         return "a source copied to the path's device changed"
 
 
+def gpu_pipeline_through(s, fake):
+    """Store s made (a host save), then its GPU pipeline made through `fake` (the
+    library with pmck_pipeline_new stood in for), as on a host of 64 CPUs: the
+    GpuPathWarnings' texts."""
+    from pmckpt import _pipeline
+    s.save({"w": torch.arange(10.0)}, 1)  # the store made, by a host pipeline
+    s._delete_pipeline()
+    s._cpus = 64  # the writer counts as on a large host
+    real, _pipeline.lib = _pipeline.lib, fake
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
+    finally:
+        _pipeline.lib = real
+    return [str(x.message) for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+
+
 def test_old_library_hash_flags():
     """A libpmckpt older than the hashing flags refuses them ("unknown pipeline flags"):
     the GPU pipeline is made without them, with the host's writer count (12, at most the
@@ -835,17 +853,7 @@ def test_old_library_hash_flags():
             return real.pmck_pipeline_new(store, opts, out)
 
     with pmckpt.Store(name="oldlib", ramdisk=D) as s:
-        s.save({"w": torch.arange(10.0)}, 1)
-        s._delete_pipeline()
-        s._cpus = 64  # the writer counts as on a large host
-        _pipeline.lib = Lib()
-        try:
-            with warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")
-                s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
-        finally:
-            _pipeline.lib = real
-        said = [str(x.message) for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+        said = gpu_pipeline_through(s, Lib())
         if seen != [(_lib.PIPELINE_GPU_HASH["device"], 4), (0, 12)] or not s._pipe or \
                 len(said) != 1 or "predates Store(gpu_hash=)" not in said[0] or \
                 "12 writers" not in said[0]:
@@ -889,17 +897,7 @@ def test_gpu_without_hash_kernel():
     for where, want in (("device", [(1 << 2, 4), (1 << 1, 12)]), ("host", [(1 << 1, 12)])):
         seen.clear()
         with pmckpt.Store(name=f"nokernel-{where}", ramdisk=D, gpu_hash=where) as s:
-            s.save({"w": torch.arange(10.0)}, 1)  # the store made, by a host pipeline
-            s._delete_pipeline()
-            s._cpus = 64
-            _pipeline.lib = Lib()
-            try:
-                with warnings.catch_warnings(record=True) as w:
-                    warnings.simplefilter("always")
-                    s._ensure_pipeline(_lib.SOURCE_GPU_DIRECT, 0)
-            finally:
-                _pipeline.lib = real
-            said = [str(x.message) for x in w if issubclass(x.category, pmckpt.GpuPathWarning)]
+            said = gpu_pipeline_through(s, Lib())
             if seen != want or not s._pipe or len(said) != (where == "device") or \
                     (said and "12 writers hash on the host" not in said[0]):
                 return f"gpu_hash={where!r}: calls (flags, writers) {seen}, pipeline " \
