@@ -459,15 +459,15 @@ def main():
     sh.save(st, 1)
     save_hh, save_alt = [], []
     alt = None
+    # dcp.save of the same tensors under one key, into a store of the defaults
+    sn = pmckpt.Store(name="bench-gpu-nested", ramdisk=d, threads=a.threads)
     # the writers a store of a.threads uses for this device: none to compare if alike
-    with pmckpt.Store(name="bench-gpu-probe", ramdisk=d, threads=a.threads) as probe:
-        mine = probe._gpu_threads if dev.type == "cuda" else probe.threads
+    mine = sn._gpu_threads if dev.type == "cuda" else sn.threads
     if a.alt_threads and a.alt_threads != mine:
         alt = pmckpt.Store(name="bench-gpu-alt", ramdisk=d, threads=a.alt_threads)
         alt.save(st, 1)
     nested = {"state": st}  # the same tensors under one key (their names "state.t0", ...)
-    with sh, alt or contextlib.nullcontext(), \
-            pmckpt.Store(name="bench-gpu-nested", ramdisk=d, threads=a.threads) as sn, \
+    with sh, sn, alt or contextlib.nullcontext(), \
             pmckpt.Store(name="bench-gpu", ramdisk=d, threads=a.threads) as s:
         s.save(st, 1)  # the first save makes the store and the pipeline
         dcp.save(nested, storage_writer=pmckpt.dcp.StorageWriter(sn, step=1))

@@ -813,30 +813,20 @@ class _Pipeline:
         before = _tasks()
         rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
         hash_flags = _lib.PIPELINE_GPU_HASH["host"] | _lib.PIPELINE_GPU_HASH["device"]
-        if rc == _lib.EINVAL and opts.flags & hash_flags and \
-                "unknown pipeline flags" in (_lib.errormsg() or ""):
-            # A libpmckpt older than the hashing flags (2026-11-28): it hashes on the host
-            # (unless $PMCK_GPU_HASH says otherwise), so with the host's writer count.
+        why = (_lib.errormsg() or "") if rc else ""
+        if opts.flags & hash_flags and (rc == _lib.ENOTSUP or (
+                rc == _lib.EINVAL and "unknown pipeline flags" in why)):
+            # The GPU's hashing refused: a GPU this build has no kernel code for (before
+            # sm_90, its DMA copies working), or a libpmckpt older than the hashing flags.
+            # Without the flags both hash on the host: with the writers' count for it.
             opts.flags &= ~hash_flags
             threads = opts.threads = self._threads_given or min(12, self._cpus)
             rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
             if rc == 0:
                 warnings.warn(GpuPathWarning(
-                    f"store '{self.name}': {_lib.path} predates Store(gpu_hash=): "
-                    f"gpu_hash={self.gpu_hash!r} is not applied (it hashes as that library "
-                    f"does, on the host unless PMCK_GPU_HASH=device), with {threads} "
-                    "writers"), stacklevel=5)
-        if rc == _lib.ENOTSUP and opts.flags & _lib.PIPELINE_GPU_HASH["device"]:
-            # A GPU this build has no kernel code for (before sm_90): its DMA copies work,
-            # the hashing is the writers', with their count for it.
-            why = _lib.errormsg()
-            opts.flags = (opts.flags & ~hash_flags) | _lib.PIPELINE_GPU_HASH["host"]
-            threads = opts.threads = self._threads_given or min(12, self._cpus)
-            rc = lib.pmck_pipeline_new(self._h.store, byref(opts), byref(self._pipe))
-            if rc == 0:
-                warnings.warn(GpuPathWarning(
-                    f"store '{self.name}': {why}; the {threads} writers hash on the host "
-                    "instead (gpu_hash='host')"), stacklevel=5)
+                    f"store '{self.name}': {_lib.path} does not hash on this GPU ({why}): "
+                    f"gpu_hash={self.gpu_hash!r} not applied, the {threads} writers hash "
+                    "on the host"), stacklevel=5)
         need = self._snapshot_bytes(source)
         if rc == _lib.ENOMEM and _cache_could_cover(need, device):
             # Device memory for snapshots that torch's caching allocator holds unused:
